@@ -1,0 +1,375 @@
+"""Structured config schema: one dataclass per Hydra group.
+
+Hydra/OmegaConf check types and unknown keys while composing; the value checks live in each
+dataclass's ``__post_init__``, which runs when ``load_config`` turns the composed DictConfig into
+objects, so a bad value fails before anything runs and names the key and the allowed values.
+Every number that matters has a comment saying where it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from cbsim.config.errors import ConfigError, check_choice, check_positive, check_range
+
+MODES = ("sim", "runtime")
+TASKS = ("run", "calibrate", "validate")
+ENGINES = ("sync", "async", "compare")
+DTYPES = ("bfloat16", "float16", "float32")
+LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")
+ARRIVALS = ("offline", "poisson")
+STREAM_MODES = ("three", "default")
+
+
+@dataclass
+class ModeConfig:
+    """Which back end runs: the SimPy model or the real engine on a GPU."""
+
+    name: str = "sim"
+    # runtime only: torch device ("cuda", "cuda:1", "cpu"; the async engine needs CUDA)
+    device: str = "cuda"
+    # runtime only: record host phases and stream ops (tracing costs under 1% of wall time)
+    tracing: bool = True
+    # runtime only: attention back end for the paged KV cache ("auto" picks the fastest that runs)
+    attention: str = "auto"
+    # runtime only: forward steps run and thrown away before timing starts (graph capture, autotune)
+    warmup_steps: int = 2
+
+    def __post_init__(self) -> None:
+        check_choice("mode.name", self.name, MODES)
+        check_choice("mode.attention", self.attention, ("auto", "torch", "triton", "flex"))
+        check_range("mode.warmup_steps", self.warmup_steps, 0, 1000)
+
+
+@dataclass
+class ModelConfig:
+    """A decoder-only transformer's shape (Llama family)."""
+
+    name: str = "llama3_8b"
+    hidden_size: int = 4096
+    intermediate_size: int = 14336
+    num_layers: int = 32
+    num_heads: int = 32
+    num_kv_heads: int = 8
+    head_dim: int = 128
+    vocab_size: int = 128256
+    max_position_embeddings: int = 131072
+    rope_theta: float = 500000.0
+    rms_norm_eps: float = 1e-5
+    tie_word_embeddings: bool = False
+    dtype: str = "bfloat16"
+    # runtime: a local checkpoint directory (config.json + safetensors); None = seeded random weights
+    path: Optional[str] = None
+    # runtime: std of the random init; small enough that 32+ layers keep activations finite
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        for key in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                    "head_dim", "vocab_size", "max_position_embeddings"):
+            check_positive(f"model.{key}", getattr(self, key))
+        check_choice("model.dtype", self.dtype, DTYPES)
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"model.num_heads={self.num_heads} must be a multiple of "
+                f"model.num_kv_heads={self.num_kv_heads} (grouped-query attention)"
+            )
+        check_positive("model.init_std", self.init_std)
+
+    @property
+    def dtype_bytes(self) -> int:
+        return 4 if self.dtype == "float32" else 2
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V for every layer: 128 KiB for the Llama-3-8B shape in bf16 (BRIEF)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def layer_params(self) -> int:
+        h, kv = self.hidden_size, self.num_kv_heads * self.head_dim
+        attn = h * self.num_heads * self.head_dim + 2 * h * kv + self.num_heads * self.head_dim * h
+        mlp = 3 * h * self.intermediate_size
+        return attn + mlp + 2 * h
+
+    @property
+    def num_params(self) -> int:
+        emb = self.vocab_size * self.hidden_size
+        head = 0 if self.tie_word_embeddings else emb
+        return self.num_layers * self.layer_params + emb + head + self.hidden_size
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+
+@dataclass
+class PhaseCost:
+    """A host phase's cost: fixed + per request + per token (microseconds)."""
+
+    fixed_us: float = 0.0
+    per_request_us: float = 0.0
+    per_token_us: float = 0.0
+
+    def cost(self, requests: int, tokens: int) -> float:
+        return self.fixed_us + self.per_request_us * requests + self.per_token_us * tokens
+
+
+@dataclass
+class HostCosts:
+    """CPU-side costs of the batching loop, microseconds (the stack's, not the silicon's)."""
+
+    schedule: PhaseCost = field(default_factory=PhaseCost)
+    prepare: PhaseCost = field(default_factory=PhaseCost)
+    update: PhaseCost = field(default_factory=PhaseCost)
+    # CPU time to launch one kernel eagerly (cudaLaunchKernel through PyTorch's dispatcher)
+    kernel_launch_us: float = 5.0
+    # CPU time to launch a captured graph (cudaGraphLaunch)
+    graph_launch_us: float = 10.0
+    # CPU time to enqueue one async copy
+    copy_launch_us: float = 4.0
+    # CPU time to record one event or make a stream wait on one
+    event_us: float = 1.0
+    # wake-up latency of a host blocked on an event after the GPU signals it
+    sync_wake_us: float = 5.0
+
+    def __post_init__(self) -> None:
+        for phase in ("schedule", "prepare", "update"):
+            for term in ("fixed_us", "per_request_us", "per_token_us"):
+                value = getattr(getattr(self, phase), term)
+                if value < 0:
+                    raise ConfigError(f"hardware.host.{phase}.{term}={value} must be >= 0")
+        for key in ("kernel_launch_us", "graph_launch_us", "copy_launch_us", "event_us",
+                    "sync_wake_us"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"hardware.host.{key}={getattr(self, key)} must be >= 0")
+
+
+@dataclass
+class GpuCosts:
+    """Achieved fractions of the roofline per operation kind and fixed GPU-side gaps."""
+
+    # fraction of HBM bandwidth reached streaming weights in skinny GEMMs (BRIEF: 2.2-2.9 of 4.27 TB/s)
+    gemm_bandwidth_eff: float = 0.6
+    # fraction of peak FLOP/s reached in compute-bound GEMMs (prefill)
+    gemm_flops_eff: float = 0.7
+    # fraction of HBM bandwidth reached reading the KV cache in attention
+    attention_bandwidth_eff: float = 0.5
+    # fraction of peak FLOP/s reached in prefill attention
+    attention_flops_eff: float = 0.4
+    # the attention kernel reads KV padded up to a multiple of this many tokens (1: live KV only)
+    attention_kv_pad: int = 1
+    # fixed GPU time per forward pass not covered above (norms, rope, sampling), microseconds
+    forward_fixed_us: float = 50.0
+    # GPU idle between consecutive kernels launched eagerly, microseconds
+    eager_kernel_gap_us: float = 2.0
+    # GPU idle per kernel node inside a replayed graph, microseconds
+    graph_node_gap_us: float = 0.5
+    # kernels per transformer layer (eager launches / graph nodes)
+    kernels_per_layer: int = 14
+    # kernels outside the layers (embedding, final norm, LM head, sampling)
+    kernels_extra: int = 6
+    # GPU time of the in-graph carry-over scatter-add, microseconds
+    carry_over_us: float = 3.0
+
+    def __post_init__(self) -> None:
+        for key in ("gemm_bandwidth_eff", "gemm_flops_eff", "attention_bandwidth_eff",
+                    "attention_flops_eff"):
+            value = getattr(self, key)
+            if not 0.0 < value <= 1.0:
+                raise ConfigError(f"hardware.gpu.{key}={value} must be in (0, 1]")
+        check_positive("hardware.gpu.attention_kv_pad", self.attention_kv_pad)
+        check_positive("hardware.gpu.kernels_per_layer", self.kernels_per_layer)
+
+
+@dataclass
+class HardwareConfig:
+    """A GPU plus the software stack on it: datasheet/measured rates and fitted costs."""
+
+    name: str = "h200"
+    # dense bf16 matrix rate, FLOP/s (measured on the H200 here: 788 TFLOP/s on random data)
+    peak_flops: float = 788e12
+    # HBM copy bandwidth, bytes/s, read+write counted (measured on the H200 here: 4.27 TB/s)
+    hbm_bandwidth: float = 4.27e12
+    # device memory, bytes (H200: 141 GB, 139 GiB visible)
+    memory_bytes: float = 141e9
+    # pinned host <-> device copy bandwidth, bytes/s (PCIe Gen5 x16, about 55 GB/s achieved)
+    h2d_bandwidth: float = 55e9
+    d2h_bandwidth: float = 55e9
+    # fixed latency of one small async copy on the GPU side, microseconds
+    copy_latency_us: float = 8.0
+    host: HostCosts = field(default_factory=HostCosts)
+    gpu: GpuCosts = field(default_factory=GpuCosts)
+    # where these numbers came from, for the report
+    source: str = "datasheet and measurements on the H200 here (BRIEF)"
+
+    def __post_init__(self) -> None:
+        for key in ("peak_flops", "hbm_bandwidth", "memory_bytes", "h2d_bandwidth",
+                    "d2h_bandwidth"):
+            check_positive(f"hardware.{key}", getattr(self, key))
+        if self.copy_latency_us < 0:
+            raise ConfigError(f"hardware.copy_latency_us={self.copy_latency_us} must be >= 0")
+
+
+@dataclass
+class EngineConfig:
+    """How the batching loop is driven: sync, async, or both side by side."""
+
+    name: str = "async"
+    # IO slots (pinned host + device input buffers): async needs 2; 1 shows the overwrite hazard
+    io_slots: int = 2
+    cuda_graphs: bool = True
+    # "three": H2D, compute and D2H on their own streams; "default": everything on the legacy
+    # default stream, which serialises with every other stream (the pitfall: all overlap lost)
+    streams: str = "three"
+    # in-graph token carry-over (input_ids += scatter(carry, outputs)); async requires it
+    carry_over: bool = True
+    # make streams wait on events; off shows the missing-wait hazard in the simulator
+    event_waits: bool = True
+    # padded batch sizes (requests) for which a graph is captured; larger batches run eagerly
+    graph_batch_sizes: list[int] = field(
+        default_factory=lambda: [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256]
+    )
+
+    def __post_init__(self) -> None:
+        check_choice("engine.name", self.name, ENGINES)
+        check_choice("engine.streams", self.streams, STREAM_MODES)
+        check_range("engine.io_slots", self.io_slots, 1, 2)
+        if self.name in ("async", "compare") and not self.carry_over:
+            raise ConfigError(
+                f"engine.carry_over=false is impossible with engine.name={self.name}: batch N+1 "
+                "is built before batch N's tokens exist; allowed: engine.carry_over=true, "
+                "or engine.name=sync"
+            )
+        if not self.graph_batch_sizes or any(b <= 0 for b in self.graph_batch_sizes):
+            raise ConfigError(
+                f"engine.graph_batch_sizes={list(self.graph_batch_sizes)} must be a non-empty "
+                "list of positive batch sizes"
+            )
+
+
+@dataclass
+class WorkloadConfig:
+    """The requests and the continuous-batching limits."""
+
+    # concurrent requests per batch (max_num_seqs)
+    batch_size: int = 32
+    # total requests; None = one per batch slot (offline, one wave)
+    num_requests: Optional[int] = None
+    # prompt length: the value for "fixed", the mean for "uniform" and "lognormal"
+    prompt_len: int = 256
+    prompt_dist: str = "fixed"
+    # uniform: +- this fraction of the mean; lognormal: sigma of log(length)
+    prompt_spread: float = 0.0
+    prompt_file: Optional[str] = None
+    # new tokens per request, with the same distribution knobs
+    gen_len: int = 1024
+    gen_dist: str = "fixed"
+    gen_spread: float = 0.0
+    gen_file: Optional[str] = None
+    # "offline": every request at t=0; "poisson": exponential inter-arrival times at `rate`
+    arrival: str = "offline"
+    # requests per second for poisson arrivals
+    rate: float = 10.0
+    # token budget per forward pass (query tokens summed over the batch)
+    max_batch_tokens: int = 8192
+    # split prompts longer than the remaining budget across steps
+    chunked_prefill: bool = True
+    # paged KV cache: tokens per block and blocks in all; None = enough for every request at once
+    kv_block_size: int = 16
+    kv_num_blocks: Optional[int] = None
+    # EOS off, as in the reported workload: every request runs to gen_len
+    ignore_eos: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_range("workload.batch_size", self.batch_size, 1, 1 << 16)
+        if self.num_requests is not None:
+            check_range("workload.num_requests", self.num_requests, 1, 1 << 24)
+        check_range("workload.prompt_len", self.prompt_len, 1, 1 << 24)
+        check_range("workload.gen_len", self.gen_len, 1, 1 << 24)
+        check_choice("workload.prompt_dist", self.prompt_dist, LENGTH_DISTS)
+        check_choice("workload.gen_dist", self.gen_dist, LENGTH_DISTS)
+        check_choice("workload.arrival", self.arrival, ARRIVALS)
+        for which in ("prompt", "gen"):
+            spread = getattr(self, f"{which}_spread")
+            if spread < 0 or (getattr(self, f"{which}_dist") == "uniform" and spread >= 1):
+                raise ConfigError(
+                    f"workload.{which}_spread={spread} must be >= 0 (and < 1 for uniform)"
+                )
+            if getattr(self, f"{which}_dist") == "file" and not getattr(self, f"{which}_file"):
+                raise ConfigError(
+                    f"workload.{which}_dist=file needs workload.{which}_file (a file of lengths)"
+                )
+        if self.arrival == "poisson":
+            check_positive("workload.rate", self.rate)
+        check_range("workload.max_batch_tokens", self.max_batch_tokens, 1, 1 << 24)
+        check_range("workload.kv_block_size", self.kv_block_size, 1, 4096)
+        if self.kv_num_blocks is not None:
+            check_range("workload.kv_num_blocks", self.kv_num_blocks, 1, 1 << 28)
+        if self.max_batch_tokens < self.batch_size:
+            raise ConfigError(
+                f"workload.max_batch_tokens={self.max_batch_tokens} is below "
+                f"workload.batch_size={self.batch_size}: a full decode batch would not fit"
+            )
+        if not self.chunked_prefill and self.prompt_len > self.max_batch_tokens:
+            raise ConfigError(
+                f"workload.prompt_len={self.prompt_len} exceeds workload.max_batch_tokens="
+                f"{self.max_batch_tokens} with workload.chunked_prefill=false; allowed: a "
+                "larger max_batch_tokens or chunked_prefill=true"
+            )
+
+    @property
+    def total_requests(self) -> int:
+        return self.batch_size if self.num_requests is None else self.num_requests
+
+
+@dataclass
+class OutputConfig:
+    """What every run writes into its Hydra run directory."""
+
+    # gzip the trace (trace.json.gz) — the seed workload's full trace is tens of MB as text
+    trace_gzip: bool = False
+    report: bool = True
+    # print the metrics table at the end of the run
+    print_table: bool = True
+
+
+@dataclass
+class CbsimConfig:
+    """The root: one run of one task."""
+
+    mode: ModeConfig = field(default_factory=ModeConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    # "run": simulate or execute; "calibrate"/"validate": fit or check the cost model on traces
+    task: str = "run"
+    # input traces for calibrate/validate (paths or globs)
+    trace: list[str] = field(default_factory=list)
+    # free-form description an experiment preset sets for the report
+    description: str = ""
+    # extra experiment-specific settings (documented in each experiment file)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_choice("task", self.task, TASKS)
+        if self.engine.name == "async" and self.mode.name == "runtime" and self.engine.io_slots < 2:
+            raise ConfigError(
+                "engine.io_slots=1 with engine.name=async is a data race on the real GPU (the "
+                "host would overwrite inputs the GPU is reading); allowed in mode=sim only, "
+                "where it is reported as a hazard"
+            )
+        if self.engine.streams == "default" and self.mode.name == "runtime":
+            raise ConfigError(
+                "engine.streams=default is a simulator what-if; allowed with mode=runtime: three"
+            )
+        longest = self.workload.prompt_len + self.workload.gen_len
+        if (self.workload.prompt_dist == "fixed" and self.workload.gen_dist == "fixed"
+                and longest > self.model.max_position_embeddings):
+            raise ConfigError(
+                f"workload.prompt_len + workload.gen_len = {longest} exceeds "
+                f"model.max_position_embeddings={self.model.max_position_embeddings}"
+            )

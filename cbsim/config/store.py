@@ -1,0 +1,47 @@
+"""Registers the schema with Hydra's ConfigStore and turns a composed config into objects."""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cbsim.config.errors import ConfigError
+from cbsim.config.schema import (
+    CbsimConfig,
+    EngineConfig,
+    HardwareConfig,
+    ModeConfig,
+    ModelConfig,
+    WorkloadConfig,
+)
+
+# Each group's YAML files name "<group>_schema" first in their defaults list.
+GROUP_SCHEMAS = {
+    "mode": ModeConfig,
+    "model": ModelConfig,
+    "hardware": HardwareConfig,
+    "engine": EngineConfig,
+    "workload": WorkloadConfig,
+}
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="cbsim_schema", node=CbsimConfig)
+    for group, node in GROUP_SCHEMAS.items():
+        cs.store(group=group, name=f"{group}_schema", node=node)
+
+
+def load_config(cfg: DictConfig) -> CbsimConfig:
+    """Validate every value (``__post_init__`` checks) and return typed objects."""
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
+        if cause is not None:
+            raise cause from None
+        raise ConfigError(str(exc)) from None
+    if not isinstance(obj, CbsimConfig):
+        raise ConfigError("the composed config is not a cbsim config (is cbsim_schema first?)")
+    return obj
