@@ -10,5 +10,12 @@ from cbsim.config.schema import (
     WorkloadConfig,
 )
 
-__all__ = ["CbsimConfig", "ConfigError", "EngineConfig", "HardwareConfig", "ModeConfig",
-           "ModelConfig", "WorkloadConfig"]
+__all__ = [
+    "CbsimConfig",
+    "ConfigError",
+    "EngineConfig",
+    "HardwareConfig",
+    "ModeConfig",
+    "ModelConfig",
+    "WorkloadConfig",
+]

@@ -12,7 +12,9 @@ class ConfigError(ValueError):
 def check_choice(key: str, value: object, allowed: Iterable[object]) -> None:
     allowed = tuple(allowed)
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}")
+        raise ConfigError(
+            f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}"
+        )
 
 
 def check_positive(key: str, value: float) -> None:

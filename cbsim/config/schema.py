@@ -9,7 +9,7 @@ Every number that matters has a comment saying where it came from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from cbsim.config.errors import ConfigError, check_choice, check_positive, check_range
 
@@ -60,13 +60,21 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     dtype: str = "bfloat16"
     # runtime: a local checkpoint directory (config.json + safetensors); None = seeded random weights
-    path: Optional[str] = None
+    path: str | None = None
     # runtime: std of the random init; small enough that 32+ layers keep activations finite
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
-        for key in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-                    "head_dim", "vocab_size", "max_position_embeddings"):
+        for key in (
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "vocab_size",
+            "max_position_embeddings",
+        ):
             check_positive(f"model.{key}", getattr(self, key))
         check_choice("model.dtype", self.dtype, DTYPES)
         if self.num_heads % self.num_kv_heads:
@@ -139,8 +147,13 @@ class HostCosts:
                 value = getattr(getattr(self, phase), term)
                 if value < 0:
                     raise ConfigError(f"hardware.host.{phase}.{term}={value} must be >= 0")
-        for key in ("kernel_launch_us", "graph_launch_us", "copy_launch_us", "event_us",
-                    "sync_wake_us"):
+        for key in (
+            "kernel_launch_us",
+            "graph_launch_us",
+            "copy_launch_us",
+            "event_us",
+            "sync_wake_us",
+        ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"hardware.host.{key}={getattr(self, key)} must be >= 0")
 
@@ -173,8 +186,12 @@ class GpuCosts:
     carry_over_us: float = 3.0
 
     def __post_init__(self) -> None:
-        for key in ("gemm_bandwidth_eff", "gemm_flops_eff", "attention_bandwidth_eff",
-                    "attention_flops_eff"):
+        for key in (
+            "gemm_bandwidth_eff",
+            "gemm_flops_eff",
+            "attention_bandwidth_eff",
+            "attention_flops_eff",
+        ):
             value = getattr(self, key)
             if not 0.0 < value <= 1.0:
                 raise ConfigError(f"hardware.gpu.{key}={value} must be in (0, 1]")
@@ -204,8 +221,13 @@ class HardwareConfig:
     source: str = "datasheet and measurements on the H200 here (BRIEF)"
 
     def __post_init__(self) -> None:
-        for key in ("peak_flops", "hbm_bandwidth", "memory_bytes", "h2d_bandwidth",
-                    "d2h_bandwidth"):
+        for key in (
+            "peak_flops",
+            "hbm_bandwidth",
+            "memory_bytes",
+            "h2d_bandwidth",
+            "d2h_bandwidth",
+        ):
             check_positive(f"hardware.{key}", getattr(self, key))
         if self.copy_latency_us < 0:
             raise ConfigError(f"hardware.copy_latency_us={self.copy_latency_us} must be >= 0")
@@ -255,18 +277,18 @@ class WorkloadConfig:
     # concurrent requests per batch (max_num_seqs)
     batch_size: int = 32
     # total requests; None = one per batch slot (offline, one wave)
-    num_requests: Optional[int] = None
+    num_requests: int | None = None
     # prompt length: the value for "fixed", the mean for "uniform" and "lognormal"
     prompt_len: int = 256
     prompt_dist: str = "fixed"
     # uniform: +- this fraction of the mean; lognormal: sigma of log(length)
     prompt_spread: float = 0.0
-    prompt_file: Optional[str] = None
+    prompt_file: str | None = None
     # new tokens per request, with the same distribution knobs
     gen_len: int = 1024
     gen_dist: str = "fixed"
     gen_spread: float = 0.0
-    gen_file: Optional[str] = None
+    gen_file: str | None = None
     # "offline": every request at t=0; "poisson": exponential inter-arrival times at `rate`
     arrival: str = "offline"
     # requests per second for poisson arrivals
@@ -277,7 +299,7 @@ class WorkloadConfig:
     chunked_prefill: bool = True
     # paged KV cache: tokens per block and blocks in all; None = enough for every request at once
     kv_block_size: int = 16
-    kv_num_blocks: Optional[int] = None
+    kv_num_blocks: int | None = None
     # EOS off, as in the reported workload: every request runs to gen_len
     ignore_eos: bool = True
     seed: int = 0
@@ -367,8 +389,11 @@ class CbsimConfig:
                 "engine.streams=default is a simulator what-if; allowed with mode=runtime: three"
             )
         longest = self.workload.prompt_len + self.workload.gen_len
-        if (self.workload.prompt_dist == "fixed" and self.workload.gen_dist == "fixed"
-                and longest > self.model.max_position_embeddings):
+        if (
+            self.workload.prompt_dist == "fixed"
+            and self.workload.gen_dist == "fixed"
+            and longest > self.model.max_position_embeddings
+        ):
             raise ConfigError(
                 f"workload.prompt_len + workload.gen_len = {longest} exceeds "
                 f"model.max_position_embeddings={self.model.max_position_embeddings}"

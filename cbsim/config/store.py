@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -44,4 +46,18 @@ def load_config(cfg: DictConfig) -> CbsimConfig:
         raise ConfigError(str(exc)) from None
     if not isinstance(obj, CbsimConfig):
         raise ConfigError("the composed config is not a cbsim config (is cbsim_schema first?)")
+    _reject_unknown_keys(obj, "")
     return obj
+
+
+def _reject_unknown_keys(node: object, prefix: str) -> None:
+    """Hydra's ``+key=value`` can add keys to a structured config; cbsim has no free-form nodes
+    except ``extra``, so an added key is a typo and fails here."""
+    known = {f.name for f in dataclasses.fields(node)}
+    for key, value in vars(node).items():
+        if key not in known:
+            raise ConfigError(
+                f"unknown key {prefix}{key}; allowed keys here: {', '.join(sorted(known))}"
+            )
+        if dataclasses.is_dataclass(value):
+            _reject_unknown_keys(value, f"{prefix}{key}.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cbsim.trace import schema as S
+from cbsim.trace.model import Trace
 
 
 def _round(t: float) -> float:
@@ -35,52 +36,96 @@ class TraceBuilder:
         pid, tid = S.LANE_IDS[lane]
         if not any(S.LANE_IDS[d][0] == pid for d in self._declared):
             self.events.append(
-                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                 "args": {"name": S.PROCESS_NAMES[pid]}}
+                {
+                    "ph": "M",
+                    "name": "process_name",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"name": S.PROCESS_NAMES[pid]},
+                }
             )
         self.events.append(
             {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}}
         )
         self._declared.add(lane)
 
-    def span(self, lane: str, name: str, ts: float, dur: float, *, step: int = -1,
-             slot: int = -1, requests: int = 0, query_tokens: int = 0, kv_tokens: int = 0,
-             kind: str = "", **extra: Any) -> None:
+    def span(
+        self,
+        lane: str,
+        name: str,
+        ts: float,
+        dur: float,
+        *,
+        step: int = -1,
+        slot: int = -1,
+        requests: int = 0,
+        query_tokens: int = 0,
+        kv_tokens: int = 0,
+        kind: str = "",
+        **extra: Any,
+    ) -> None:
         """A complete ("X") event: a host phase or a stream operation."""
         if lane not in self._declared:
             self.declare_lane(lane)
         pid, tid = S.LANE_IDS[lane]
         cat = "host" if lane == S.HOST else "gpu"
-        args = {"step": step, "slot": slot, "requests": requests, "query_tokens": query_tokens,
-                "kv_tokens": kv_tokens, "kind": kind}
+        args = {
+            "step": step,
+            "slot": slot,
+            "requests": requests,
+            "query_tokens": query_tokens,
+            "kv_tokens": kv_tokens,
+            "kind": kind,
+        }
         if extra:
             args.update(extra)
-        self.events.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
-                            "ts": _round(ts), "dur": _round(dur), "args": args})
+        self.events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "cat": cat,
+                "pid": pid,
+                "tid": tid,
+                "ts": _round(ts),
+                "dur": _round(dur),
+                "args": args,
+            }
+        )
 
-    def instant(self, lane: str, name: str, ts: float, cat: str = "request",
-                **args: Any) -> None:
+    def instant(self, lane: str, name: str, ts: float, cat: str = "request", **args: Any) -> None:
         if lane not in self._declared:
             self.declare_lane(lane)
         pid, tid = S.LANE_IDS[lane]
-        self.events.append({"ph": "i", "s": "t", "name": name, "cat": cat, "pid": pid,
-                            "tid": tid, "ts": _round(ts), "args": args})
+        self.events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "name": name,
+                "cat": cat,
+                "pid": pid,
+                "tid": tid,
+                "ts": _round(ts),
+                "args": args,
+            }
+        )
 
     def request_event(self, name: str, ts: float, rid: int, **args: Any) -> None:
         self.instant(S.REQUESTS, name, ts, cat="request", rid=rid, **args)
 
-    def hazard(self, lane: str, ts: float, kind: str, step: int, slot: int, detail: str = "") -> None:
+    def hazard(
+        self, lane: str, ts: float, kind: str, step: int, slot: int, detail: str = ""
+    ) -> None:
         if kind not in S.HAZARD_KINDS:
             raise ValueError(f"hazard kind {kind!r}; allowed: {', '.join(S.HAZARD_KINDS)}")
-        self.instant(lane, S.HAZARD, ts, cat="hazard", kind=kind, step=step, slot=slot,
-                     detail=detail)
+        self.instant(
+            lane, S.HAZARD, ts, cat="hazard", kind=kind, step=step, slot=slot, detail=detail
+        )
 
     def counter(self, name: str, ts: float, **values: float) -> None:
         pid, _ = S.LANE_IDS[S.HOST]
-        self.events.append({"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": _round(ts),
-                            "args": values})
+        self.events.append(
+            {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": _round(ts), "args": values}
+        )
 
-    def build(self) -> "Trace":
-        from cbsim.trace.model import Trace
-
+    def build(self) -> Trace:
         return Trace(events=self.events, other_data=self.other_data)

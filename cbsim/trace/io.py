@@ -29,7 +29,10 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
     data = json.dumps(trace.to_json_obj(), separators=(",", ":"), sort_keys=True).encode()
     if path.suffix == ".gz":
         # mtime=0 keeps gzip output byte-identical across runs
-        with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        with (
+            open(path, "wb") as raw,
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f,
+        ):
             f.write(data)
     else:
         path.write_bytes(data)
@@ -51,7 +54,9 @@ def read_trace(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES)
         except (OSError, EOFError) as exc:
             raise TraceError(f"{path}: corrupt gzip data ({exc})") from None
         if len(raw) > max_bytes:
-            raise TraceError(f"{path}: {len(raw)} bytes uncompressed is over the limit of {max_bytes}")
+            raise TraceError(
+                f"{path}: {len(raw)} bytes uncompressed is over the limit of {max_bytes}"
+            )
     try:
         obj = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -72,14 +77,16 @@ def validate(obj: Any) -> Trace:
     if not isinstance(other, dict):
         raise TraceError('"otherData" missing: it holds the schema version and source')
     if other.get("schema") != S.SCHEMA_NAME:
-        raise TraceError(f'otherData.schema is {other.get("schema")!r}, expected {S.SCHEMA_NAME!r}')
+        raise TraceError(f"otherData.schema is {other.get('schema')!r}, expected {S.SCHEMA_NAME!r}")
     if other.get("version") != S.SCHEMA_VERSION:
         raise TraceError(
             f"unsupported schema version {other.get('version')!r}; this reader reads version "
             f"{S.SCHEMA_VERSION}"
         )
     if other.get("source") not in S.SOURCES:
-        raise TraceError(f"otherData.source {other.get('source')!r}; allowed: {', '.join(S.SOURCES)}")
+        raise TraceError(
+            f"otherData.source {other.get('source')!r}; allowed: {', '.join(S.SOURCES)}"
+        )
     lanes: dict[tuple[int, int], str] = {}
     for i, e in enumerate(events):
         if not isinstance(e, dict) or "ph" not in e:
@@ -88,7 +95,9 @@ def validate(obj: Any) -> Trace:
             lanes[(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name")
     missing = [lane for lane in S.REQUIRED_LANES if lane not in lanes.values()]
     if missing:
-        raise TraceError(f"missing lanes: {', '.join(missing)} (declare them with thread_name metadata)")
+        raise TraceError(
+            f"missing lanes: {', '.join(missing)} (declare them with thread_name metadata)"
+        )
     by_lane: dict[str, list[tuple[float, float, int]]] = {}
     for i, e in enumerate(events):
         if e["ph"] != "X":
@@ -102,18 +111,23 @@ def validate(obj: Any) -> Trace:
             raise TraceError(f"span {i} ({e.get('name')!r}) has a negative duration {dur}")
         lane = lanes.get((e.get("pid"), e.get("tid")))
         if lane is None:
-            raise TraceError(f"span {i} ({e.get('name')!r}) is on pid/tid {e.get('pid')}/{e.get('tid')}, "
-                             "which no thread_name metadata names")
+            raise TraceError(
+                f"span {i} ({e.get('name')!r}) is on pid/tid {e.get('pid')}/{e.get('tid')}, "
+                "which no thread_name metadata names"
+            )
         if lane in S.STREAM_LANES:
             by_lane.setdefault(lane, []).append((ts, ts + dur, i))
     for lane, spans in by_lane.items():
         spans.sort()
-        for (s0, e0, i0), (s1, _e1, i1) in zip(spans, spans[1:]):
+        _s0, e0, i0 = spans[0]
+        for s1, e1, i1 in spans[1:]:
             if s1 < e0 - OVERLAP_TOLERANCE_US:
                 raise TraceError(
                     f"spans {i0} and {i1} overlap on stream lane {lane!r} ({s1} < {e0}); a stream "
                     "executes one operation at a time"
                 )
+            if e1 > e0:
+                e0, i0 = e1, i1
     return Trace(events=events, other_data=other)
 
 

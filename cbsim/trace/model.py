@@ -41,10 +41,23 @@ class Trace:
             if e.get("ph") != "X":
                 continue
             a = e.get("args", {})
-            rows.append((lane_of.get((e["pid"], e["tid"]), "?"), e["name"], e.get("cat", ""),
-                         e["ts"], e["dur"], e["ts"] + e["dur"], a.get("step", -1),
-                         a.get("slot", -1), a.get("requests", 0), a.get("query_tokens", 0),
-                         a.get("kv_tokens", 0), a.get("kind", ""), a.get("new_tokens", 0)))
+            rows.append(
+                (
+                    lane_of.get((e["pid"], e["tid"]), "?"),
+                    e["name"],
+                    e.get("cat", ""),
+                    e["ts"],
+                    e["dur"],
+                    e["ts"] + e["dur"],
+                    a.get("step", -1),
+                    a.get("slot", -1),
+                    a.get("requests", 0),
+                    a.get("query_tokens", 0),
+                    a.get("kv_tokens", 0),
+                    a.get("kind", ""),
+                    a.get("new_tokens", 0),
+                )
+            )
         return pd.DataFrame(rows, columns=SPAN_COLUMNS)
 
     @cached_property
@@ -52,8 +65,13 @@ class Trace:
         """Instant events (requests, hazards): lane, name, cat, ts and their args flattened."""
         lane_of = self.lane_of
         rows = [
-            {"lane": lane_of.get((e["pid"], e["tid"]), "?"), "name": e["name"],
-             "cat": e.get("cat", ""), "ts": e["ts"], **e.get("args", {})}
+            {
+                "lane": lane_of.get((e["pid"], e["tid"]), "?"),
+                "name": e["name"],
+                "cat": e.get("cat", ""),
+                "ts": e["ts"],
+                **e.get("args", {}),
+            }
             for e in self.events
             if e.get("ph") in ("i", "I")
         ]
@@ -61,8 +79,11 @@ class Trace:
 
     @cached_property
     def counters(self) -> pd.DataFrame:
-        rows = [{"name": e["name"], "ts": e["ts"], **e.get("args", {})}
-                for e in self.events if e.get("ph") == "C"]
+        rows = [
+            {"name": e["name"], "ts": e["ts"], **e.get("args", {})}
+            for e in self.events
+            if e.get("ph") == "C"
+        ]
         return pd.DataFrame(rows, columns=None if rows else ["name", "ts"])
 
     @property

@@ -1,0 +1,40 @@
+"""Shared fixtures: compose configs through Hydra exactly as the CLI does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig
+
+from cbsim.config.store import load_config, register_configs
+
+register_configs()
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compose_cfg(overrides: list[str] | None = None) -> DictConfig:
+    with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=overrides or [])
+
+
+def make_config(overrides: list[str] | None = None):
+    return load_config(compose_cfg(overrides))
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cbsim", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def config_factory():
+    return make_config

@@ -1,0 +1,119 @@
+"""The config tree composes, and bad input fails before anything runs, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import compose_cfg, make_config, run_cli
+
+from cbsim.config import CbsimConfig, ConfigError
+
+GROUP_OPTIONS = {
+    "mode": ["sim", "runtime"],
+    "model": ["llama3_8b", "llama3_1b", "llama3_70b", "tiny"],
+    "hardware": ["h200", "h100"],
+    "engine": ["sync", "async", "compare"],
+}
+
+
+def test_default_config_is_typed_and_valid():
+    cfg = make_config()
+    assert isinstance(cfg, CbsimConfig)
+    assert cfg.mode.name == "sim" and cfg.engine.name == "async"
+    assert cfg.model.kv_bytes_per_token == 128 * 1024  # BRIEF: 128 KiB per token for 8B
+    assert abs(cfg.model.weight_bytes - 16.06e9) / 16.06e9 < 0.01  # BRIEF: 16.06 GB
+
+
+@pytest.mark.parametrize(
+    "group,option", [(g, o) for g, opts in GROUP_OPTIONS.items() for o in opts]
+)
+def test_every_preset_composes(group, option):
+    cfg = make_config([f"{group}={option}"])
+    assert getattr(cfg, group).name == option
+
+
+# Each: overrides, a fragment the message must contain (the key and/or the allowed values).
+BAD_VALUES = [
+    (["workload.batch_size=-1"], "workload.batch_size"),
+    (["workload.batch_size=0"], "workload.batch_size"),
+    (["workload.gen_len=0"], "workload.gen_len"),
+    (["workload.prompt_len=-5"], "workload.prompt_len"),
+    (["workload.gen_dist=zipf"], "allowed values: fixed, uniform, lognormal, file"),
+    (["workload.arrival=bursty"], "allowed values: offline, poisson"),
+    (["workload.arrival=poisson", "workload.rate=0"], "workload.rate"),
+    (["workload.gen_dist=file"], "workload.gen_file"),
+    (["workload.prompt_dist=uniform", "workload.prompt_spread=1.5"], "workload.prompt_spread"),
+    (["workload.max_batch_tokens=16"], "workload.max_batch_tokens"),
+    (["workload.chunked_prefill=false", "workload.prompt_len=10000"], "chunked_prefill"),
+    (["workload.kv_block_size=0"], "workload.kv_block_size"),
+    (["engine.io_slots=3"], "engine.io_slots"),
+    (["engine.streams=four"], "allowed values: three, default"),
+    (["engine.carry_over=false"], "engine.carry_over"),
+    (["engine.graph_batch_sizes=[]"], "engine.graph_batch_sizes"),
+    (["mode=runtime", "engine.io_slots=1"], "engine.io_slots=1"),
+    (["mode=runtime", "engine.streams=default"], "engine.streams=default"),
+    (["model.num_kv_heads=5"], "model.num_kv_heads"),
+    (["model.dtype=int4"], "allowed values: bfloat16, float16, float32"),
+    (["model=tiny", "workload.gen_len=5000"], "model.max_position_embeddings"),
+    (["hardware.hbm_bandwidth=0"], "hardware.hbm_bandwidth"),
+    (["hardware.gpu.gemm_bandwidth_eff=1.5"], "hardware.gpu.gemm_bandwidth_eff"),
+    (["hardware.host.prepare.fixed_us=-1"], "hardware.host.prepare.fixed_us"),
+    (["task=train"], "allowed values: run, calibrate, validate"),
+    (["mode.attention=magic"], "mode.attention"),
+]
+
+
+@pytest.mark.parametrize("overrides,fragment", BAD_VALUES)
+def test_bad_values_name_the_key(overrides, fragment):
+    with pytest.raises(ConfigError) as err:
+        make_config(overrides)
+    assert fragment in str(err.value)
+
+
+# Type errors and unknown keys are caught by Hydra/OmegaConf while composing.
+BAD_TYPES = [
+    (["workload.batch_size=abc"], "workload.batch_size"),
+    (["workload.chunked_prefill=maybe"], "workload.chunked_prefill"),
+    (["workload.batchsize=32"], "batchsize"),
+    (["+workload.colour=red"], "colour"),
+    (["engine=turbo"], "turbo"),
+    (["model.hidden_size=1.5"], "model.hidden_size"),
+]
+
+
+@pytest.mark.parametrize("overrides,fragment", BAD_TYPES)
+def test_bad_types_and_unknown_keys_fail_while_composing(overrides, fragment):
+    with pytest.raises(Exception) as err:
+        make_config(overrides)
+    assert fragment in str(err.value) or fragment in str(err.value.__cause__)
+
+
+def test_cli_config_error_is_a_message_not_a_traceback(tmp_path):
+    result = run_cli(["workload.batch_size=-3"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert "workload.batch_size=-3" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.rglob("trace.json*")), "nothing may run on a bad config"
+
+
+def test_cli_unknown_group_option_lists_choices(tmp_path):
+    result = run_cli(["engine=turbo"], cwd=tmp_path)
+    assert result.returncode != 0
+    assert "sync" in result.stderr and "async" in result.stderr
+
+
+def test_cfg_job_shows_composed_config(tmp_path):
+    result = run_cli(["--cfg", "job", "engine=sync", "workload.batch_size=8"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "batch_size: 8" in result.stdout and "name: sync" in result.stdout
+
+
+def test_help_lists_groups(tmp_path):
+    result = run_cli(["--help"], cwd=tmp_path)
+    assert result.returncode == 0
+    for group in ("mode", "model", "hardware", "engine", "workload"):
+        assert group in result.stdout
+
+
+def test_compose_keeps_overrides():
+    cfg = compose_cfg(["workload.gen_len=8192", "engine=sync"])
+    assert cfg.workload.gen_len == 8192 and cfg.engine.name == "sync"

@@ -1,0 +1,87 @@
+"""Metrics on hand-built traces whose answers are known exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from cbsim.metrics import compare_metrics, compute_metrics, format_table
+from cbsim.trace import TraceBuilder
+from cbsim.trace import schema as S
+
+
+def loop_trace(steps: int, cpu_us: float, gpu_us: float, asynchronous: bool):
+    """A steady loop: sync alternates CPU then GPU; async overlaps them (GPU-bound)."""
+    b = TraceBuilder("sim", {"engine": "async" if asynchronous else "sync"})
+    t = 0.0
+    for step in range(steps):
+        if asynchronous:
+            gpu_start = t if step == 0 else t
+            b.span(
+                S.COMPUTE, S.GRAPH_REPLAY, gpu_start, gpu_us, step=step, requests=4, new_tokens=4
+            )
+            b.span(S.HOST, S.PREPARE, gpu_start, cpu_us, step=step + 1)
+            b.span(S.HOST, S.WAIT, gpu_start + cpu_us, gpu_us - cpu_us, step=step)
+            t = gpu_start + gpu_us
+        else:
+            b.span(S.HOST, S.PREPARE, t, cpu_us, step=step)
+            b.span(S.COMPUTE, S.FORWARD, t + cpu_us, gpu_us, step=step, requests=4, new_tokens=4)
+            b.span(S.HOST, S.WAIT, t + cpu_us, gpu_us, step=step)
+            t += cpu_us + gpu_us
+    return b.build()
+
+
+def test_sync_idle_is_exactly_the_cpu_share():
+    m = compute_metrics(loop_trace(100, cpu_us=24.0, gpu_us=76.0, asynchronous=False))
+    assert m["gpu_idle_fraction"] == pytest.approx(0.24)
+    assert m["total_time_s"] == pytest.approx(100 * 100e-6)
+    assert m["steps"] == 100
+    assert m["generated_tokens"] == 400
+    assert m["tokens_per_s"] == pytest.approx(400 / 0.01)
+    assert m["cpu_blocks_per_step"] == pytest.approx(1.0)
+    assert m["cpu_blocked_fraction"] == pytest.approx(0.76)
+    assert m["step_time_ms_p50"] == pytest.approx(0.1)
+    assert m["lane_busy"][S.HOST] == pytest.approx(1.0)
+
+
+def test_async_hides_the_cpu():
+    m = compute_metrics(loop_trace(100, cpu_us=24.0, gpu_us=76.0, asynchronous=True))
+    assert m["gpu_idle_fraction"] == pytest.approx(0.0, abs=1e-9)
+    assert m["step_time_ms_p50"] == pytest.approx(0.076)
+    s = compute_metrics(loop_trace(100, cpu_us=24.0, gpu_us=76.0, asynchronous=False))
+    c = compare_metrics(s, m)
+    assert c["speedup"] == pytest.approx(100 / 76)
+    assert c["idle_recovered_fraction"] == pytest.approx(1.0)
+    table = format_table({"sync": s, "async": m})
+    assert "GPU idle" in table and "24.00%" in table
+
+
+def test_request_latencies():
+    b = TraceBuilder("sim")
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 1000.0, step=0, new_tokens=1)
+    for rid, (arr, first, fin, tokens) in enumerate([(0, 1000, 11000, 11), (500, 3000, 5000, 3)]):
+        b.request_event(S.ARRIVAL, arr, rid=rid)
+        b.request_event(S.FIRST_TOKEN, first, rid=rid)
+        b.request_event(S.FINISH, fin, rid=rid, tokens=tokens)
+    m = compute_metrics(b.build())
+    assert m["requests_finished"] == 2
+    assert m["ttft_ms_p50"] == pytest.approx((1.0 + 2.5) / 2)
+    assert m["tpot_ms_p50"] == pytest.approx((1.0 + 1.0) / 2)
+
+
+def test_union_of_overlapping_host_spans_and_hazards():
+    b = TraceBuilder("sim")
+    b.span(S.HOST, S.PREPARE, 0.0, 10.0)
+    b.span(S.HOST, S.LAUNCH, 5.0, 10.0)  # nested/overlapping host spans count once
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 20.0, step=0)
+    b.hazard(S.COMPUTE, 3.0, "slot_overwrite", step=0, slot=0)
+    m = compute_metrics(b.build())
+    assert m["lane_busy"][S.HOST] == pytest.approx(15 / 20)
+    assert m["hazards"] == 1 and m["hazards_by_kind"] == {"slot_overwrite": 1}
+
+
+def test_default_stream_counts_as_the_gpu_when_compute_is_empty():
+    b = TraceBuilder("sim")
+    b.span(S.DEFAULT, S.FORWARD, 10.0, 30.0, step=0)
+    b.span(S.HOST, S.PREPARE, 0.0, 10.0)
+    m = compute_metrics(b.build())
+    assert m["gpu_idle_fraction"] == pytest.approx(0.25)
