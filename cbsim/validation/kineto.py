@@ -1,0 +1,331 @@
+"""Import a PyTorch profiler (Kineto) trace into cbsim's trace format (source ``"kineto"``).
+
+So the timeline of an engine not written here (transformers' own continuous batching under
+``torch.profiler``, say) opens in the same report and is measured by the same metrics:
+
+- **GPU**: every kernel, memcpy and memset goes to a lane by its CUDA stream. The stream that ran
+  the most kernels is ``compute``; a stream whose copies are mostly host-to-device is ``h2d``, one
+  mostly device-to-host ``d2h``; any other stream gets its own lane ``stream:N``. Copies keep their
+  ``bytes``.
+- **Steps**: each forward is found from a host range marker: ``record_function`` ranges whose name
+  matches ``step_marker`` (default: ``forward`` or ``forward#N``, also ``graph_replay``), else
+  ``ProfilerStep#N``. A kernel belongs to the step whose marker encloses its launch (the CUDA
+  runtime call it is correlated with). On the compute lane a step is ONE span, named
+  ``graph_replay`` when it was launched by ``cudaGraphLaunch``, else ``forward``, from its first
+  kernel's start to its last kernel's end (as the simulator and the runtime record a forward:
+  the gaps between its kernels count as busy), with ``kernels`` and ``kernel_busy_us`` in args.
+  Compute-stream kernels outside any step are spans of their own.
+- **Host**: the busiest host thread's ``user_annotation``, ``cpu_op`` and CUDA runtime events, the
+  outermost ones only (the host lane is one thread, so its spans never nest). Synchronize calls
+  (``cuda*Synchronize``) are named ``wait``; ranges named like a host phase keep that name.
+
+Times are shifted so the trace starts at 0. A file that cannot be imported raises ``TraceError``
+with the reason. Command line: ``python -m cbsim.validation.kineto IN.json[.gz] OUT.json[.gz]``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import re
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from cbsim.trace import Trace, TraceBuilder, TraceError, write_trace
+from cbsim.trace import schema as S
+
+DEFAULT_STEP_MARKER = r"^(forward|graph_replay)(#\d+)?$"
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+HOST_CATS = ("user_annotation", "cpu_op", "cuda_runtime", "cuda_driver")
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+KINETO_CATS = set(HOST_CATS) | set(GPU_CATS) | {"gpu_user_annotation", "python_function"}
+SYNC_CALLS = re.compile(r"^cuda(Stream|Event|Device)Synchronize$")
+GRAPH_LAUNCH = "cudaGraphLaunch"
+MAX_NAME = 120
+
+
+def import_kineto(
+    path: str | os.PathLike[str], step_marker: str = DEFAULT_STEP_MARKER, max_bytes: int = 1 << 30
+) -> Trace:
+    """Read a Kineto JSON trace (``.json`` or ``.json.gz``) and return it as a cbsim Trace."""
+    path = Path(path)
+    obj = _load(path, max_bytes)
+    try:
+        return convert(obj, step_marker=step_marker, name=path.name)
+    except TraceError as exc:
+        raise TraceError(f"{path}: {exc}") from None
+
+
+def _load(path: Path, max_bytes: int) -> Any:
+    if not path.is_file():
+        raise TraceError(f"{path}: no such Kineto trace file")
+    if path.stat().st_size > max_bytes:
+        raise TraceError(f"{path}: over the size limit of {max_bytes} bytes")
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise TraceError(f"{path}: corrupt gzip data ({exc})") from None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: not JSON ({exc})") from None
+
+
+def _check(obj: Any) -> list[dict[str, Any]]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("traceEvents"), list):
+        raise TraceError('not a Kineto trace: expected an object with a "traceEvents" list')
+    other = obj.get("otherData")
+    if isinstance(other, dict) and other.get("schema") == S.SCHEMA_NAME:
+        raise TraceError("this is already a cbsim trace: read it with cbsim.trace.read_trace")
+    spans = []
+    for i, e in enumerate(obj["traceEvents"]):
+        if not isinstance(e, dict):
+            raise TraceError(f"event {i} is not an object")
+        if e.get("ph") != "X" or e.get("cat") not in KINETO_CATS:
+            continue
+        ts, dur = e.get("ts"), e.get("dur")
+        if not (_num(ts) and _num(dur)):
+            raise TraceError(f"event {i} ({e.get('name')!r}) needs numeric ts and dur")
+        if dur < 0:
+            raise TraceError(f"event {i} ({e.get('name')!r}) has a negative duration {dur}")
+        if not isinstance(e.get("name"), str):
+            raise TraceError(f"event {i} has no name")
+        spans.append(e)
+    if not spans:
+        raise TraceError(
+            "no profiler events (cpu_op, user_annotation, kernel, gpu_memcpy ...): not a "
+            "torch.profiler / Kineto trace, or an empty one"
+        )
+    return spans
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def convert(obj: Any, step_marker: str = DEFAULT_STEP_MARKER, name: str = "") -> Trace:
+    """The conversion itself, on a parsed Kineto object (see the module docstring)."""
+    events = _check(obj)
+    t0 = min(e["ts"] for e in events)
+    host_thread = _host_thread(events)
+    host = sorted(
+        (e for e in events if e["cat"] in HOST_CATS and (e["pid"], e["tid"]) == host_thread),
+        key=lambda e: (e["ts"], -e["dur"]),
+    )
+    markers = _step_markers(host, step_marker)
+    gpu = sorted((e for e in events if e["cat"] in GPU_CATS), key=lambda e: e["ts"])
+    lanes = _stream_lanes(gpu)
+    launch_of = {
+        e["args"]["correlation"]: e
+        for e in host
+        if e["cat"] in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+
+    b = TraceBuilder(
+        "kineto",
+        {
+            "engine": "",
+            "kineto": {
+                "file": name,
+                "step_marker": step_marker,
+                "streams": {str(s): lane for s, lane in sorted(lanes.items())},
+                "devices": [
+                    d.get("name") for d in obj.get("deviceProperties", []) if isinstance(d, dict)
+                ],
+                "cuda_runtime_version": obj.get("cuda_runtime_version"),
+                "base_time_ns": obj.get("baseTimeNanoseconds"),
+            },
+        },
+    )
+    steps = _gpu_spans(b, gpu, lanes, markers, launch_of, t0)
+    _host_spans(b, host, markers, t0)
+    b.other_data["kineto"]["steps"] = steps
+    trace = b.build()
+    _no_overlap(trace)
+    return trace
+
+
+def _host_thread(events: list[dict[str, Any]]) -> tuple[Any, Any] | None:
+    counts = Counter(
+        (e["pid"], e["tid"]) for e in events if e["cat"] in ("cpu_op", "user_annotation")
+    )
+    if not counts:
+        counts = Counter((e["pid"], e["tid"]) for e in events if e["cat"] in HOST_CATS)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def _step_markers(host: list[dict[str, Any]], step_marker: str) -> list[tuple[float, float]]:
+    """Host intervals of the forwards, in time order."""
+    try:
+        pattern = re.compile(step_marker)
+    except re.error as exc:
+        raise TraceError(
+            f"step_marker {step_marker!r} is not a regular expression ({exc})"
+        ) from None
+    ann = [e for e in host if e["cat"] == "user_annotation"]
+    chosen = [e for e in ann if pattern.search(e["name"])]
+    if not chosen:
+        chosen = [e for e in ann if PROFILER_STEP.match(e["name"])]
+    # a marker nested in another marker is part of the same step
+    out: list[tuple[float, float]] = []
+    for e in sorted(chosen, key=lambda e: e["ts"]):
+        if out and e["ts"] < out[-1][1]:
+            continue
+        out.append((e["ts"], e["ts"] + e["dur"]))
+    return out
+
+
+def _stream_lanes(gpu: list[dict[str, Any]]) -> dict[int, str]:
+    kernels = Counter(e["args"].get("stream") for e in gpu if e["cat"] == "kernel")
+    h2d = Counter(e["args"].get("stream") for e in gpu if "HtoD" in e["name"])
+    d2h = Counter(e["args"].get("stream") for e in gpu if "DtoH" in e["name"])
+    lanes: dict[int, str] = {}
+    if kernels:
+        lanes[kernels.most_common(1)[0][0]] = S.COMPUTE
+    for counter, lane in ((h2d, S.H2D), (d2h, S.D2H)):
+        for stream, _ in counter.most_common():
+            if stream not in lanes:
+                lanes[stream] = lane
+                break
+    for e in gpu:
+        stream = e["args"].get("stream")
+        if stream not in lanes:
+            lanes[stream] = _extra_lane(stream)
+    return lanes
+
+
+def _extra_lane(stream: Any) -> str:
+    """A lane of its own for a stream that is none of the three (declared on the fly)."""
+    lane = f"stream:{stream}"
+    if lane not in S.LANE_IDS:
+        tid = 16 + (int(stream) if isinstance(stream, int) else len(S.LANE_IDS))
+        S.LANE_IDS[lane] = (2, tid)
+    return lane
+
+
+def _step_of(ts: float, markers: list[tuple[float, float]]) -> int:
+    """Index of the marker enclosing a host time, -1 when none does (markers are sorted)."""
+    lo, hi = 0, len(markers) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        s, e = markers[mid]
+        if ts < s:
+            hi = mid - 1
+        elif ts > e:
+            lo = mid + 1
+        else:
+            return mid
+    return -1
+
+
+def _gpu_spans(b: TraceBuilder, gpu, lanes, markers, launch_of, t0) -> int:
+    forward: dict[int, dict[str, Any]] = defaultdict(
+        lambda: {"start": math.inf, "end": -math.inf, "busy": 0.0, "kernels": 0, "graph": False}
+    )
+    loose = []
+    for e in gpu:
+        lane, args = lanes[e["args"].get("stream")], e["args"]
+        launch = launch_of.get(args.get("correlation"))
+        step = _step_of(launch["ts"], markers) if launch is not None else -1
+        if lane == S.COMPUTE and e["cat"] == "kernel" and step >= 0:
+            f = forward[step]
+            f["start"], f["end"] = min(f["start"], e["ts"]), max(f["end"], e["ts"] + e["dur"])
+            f["busy"] += e["dur"]
+            f["kernels"] += 1
+            f["graph"] |= launch["name"] == GRAPH_LAUNCH
+            continue
+        loose.append((e, lane, step))
+    for step, f in sorted(forward.items()):
+        b.span(
+            S.COMPUTE,
+            S.GRAPH_REPLAY if f["graph"] else S.FORWARD,
+            f["start"] - t0,
+            f["end"] - f["start"],
+            step=step,
+            kernels=f["kernels"],
+            kernel_busy_us=round(f["busy"], 3),
+        )
+    for e, lane, step in loose:
+        name = _gpu_name(e)
+        extra = {"bytes": e["args"]["bytes"]} if "bytes" in e["args"] else {}
+        b.span(lane, name, e["ts"] - t0, e["dur"], step=step, **extra)
+    return len(forward)
+
+
+def _gpu_name(e: dict[str, Any]) -> str:
+    if e["cat"] == "gpu_memcpy":
+        if "HtoD" in e["name"]:
+            return S.COPY_H2D
+        if "DtoH" in e["name"]:
+            return S.COPY_D2H
+    return e["name"][:MAX_NAME]
+
+
+def _host_spans(b: TraceBuilder, host, markers, t0) -> None:
+    """The outermost host events (host is sorted by start, longest first on ties)."""
+    end = -math.inf
+    for e in host:
+        if PROFILER_STEP.match(e["name"]):
+            continue
+        if e["ts"] < end:  # nested in (or overlapping) the previous outermost event
+            continue
+        end = e["ts"] + e["dur"]
+        name = e["name"]
+        if SYNC_CALLS.match(name):
+            name = S.WAIT
+        b.span(
+            S.HOST,
+            name[:MAX_NAME],
+            e["ts"] - t0,
+            e["dur"],
+            step=_host_step(e, markers),
+            op=e["cat"],
+        )
+
+
+def _host_step(e: dict[str, Any], markers: list[tuple[float, float]]) -> int:
+    """The step of the last marker started at or before the event (0 before the first)."""
+    lo, hi = 0, len(markers)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if markers[mid][0] <= e["ts"]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return max(lo - 1, 0) if markers else -1
+
+
+def _no_overlap(trace: Trace) -> None:
+    """Kineto's stream times are exact, so an overlap means the stream mapping is wrong."""
+    from cbsim.trace import validate
+
+    validate(trace.to_json_obj())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) not in (2, 3) or argv[0] in ("-h", "--help"):
+        print(
+            "usage: python -m cbsim.validation.kineto IN.json[.gz] OUT.json[.gz] [STEP_REGEX]",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        trace = import_kineto(argv[0], *argv[2:])
+    except TraceError as exc:
+        print(f"cbsim: {exc}", file=sys.stderr)
+        return 1
+    path = write_trace(trace, argv[1])
+    k = trace.other_data["kineto"]
+    print(f"{path}: {k['steps']} steps, streams {k['streams']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""Kineto import: real torch.profiler files from the H200 (and the CPU) open as cbsim traces;
+malformed files are refused with a reason."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from cbsim.metrics import compute_metrics
+from cbsim.trace import TraceError, read_trace, write_trace
+from cbsim.trace import schema as S
+from cbsim.validation.kineto import import_kineto, main
+
+DATA = Path(__file__).parent / "data"
+# recorded on the H200 by tests/data/make_kineto_trace.py: 4 decode steps of a tiny Llama on three
+# streams, eagerly and graph-replayed
+H200 = {"eager": DATA / "kineto_h200_eager.json.gz", "graph": DATA / "kineto_h200_graph.json.gz"}
+
+
+def _raw(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+@pytest.mark.parametrize("kind", ["eager", "graph"])
+def test_h200_trace_lanes_steps_and_metrics(kind, tmp_path):
+    trace = import_kineto(H200[kind])
+    assert trace.source == "kineto"
+    spans = trace.spans
+    forward = spans[spans.lane == S.COMPUTE]
+    name = S.GRAPH_REPLAY if kind == "graph" else S.FORWARD
+    assert list(forward.name) == [name] * 4
+    assert list(forward.step) == [0, 1, 2, 3]
+    # every compute-stream kernel of the file is inside one of the step spans
+    raw = _raw(H200[kind])
+    kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
+    stream = {str(s): lane for s, lane in trace.other_data["kineto"]["streams"].items()}
+    assert stream[str(kernels[0]["args"]["stream"])] == S.COMPUTE
+    assert sum(
+        e["args"]["kernels"]
+        for e in trace.events
+        if e.get("ph") == "X" and e["pid"] == 2 and e["tid"] == 2
+    ) == len(kernels)
+    copies = spans[spans.lane.isin([S.H2D, S.D2H])]
+    assert set(copies.name) == {S.COPY_H2D, S.COPY_D2H} and len(copies) == 8
+    host = spans[spans.lane == S.HOST]
+    assert {S.SCHEDULE, S.LAUNCH, S.WAIT, S.UPDATE} <= set(host.name)
+    # one thread: host spans never nest or overlap
+    h = host.sort_values("ts")
+    assert (h.ts.to_numpy()[1:] >= h.end.to_numpy()[:-1] - 1e-3).all()
+    # it is a valid trace file: written, read back, measured
+    path = write_trace(trace, tmp_path / "k.json.gz")
+    m = compute_metrics(read_trace(path))
+    assert m["steps"] == 4 and 0.0 < m["gpu_idle_fraction"] < 1.0
+    assert spans.ts.min() >= 0.0
+
+
+def test_cpu_only_trace_has_host_lane_only():
+    trace = import_kineto(DATA / "kineto_cpu.json.gz")
+    spans = trace.spans
+    assert (spans.lane == S.HOST).all() and len(spans) >= 9
+    assert {S.SCHEDULE, S.UPDATE} <= set(spans.name)
+
+
+def test_cli_writes_a_trace(tmp_path, capsys):
+    out = tmp_path / "out.json.gz"
+    assert main([str(H200["graph"]), str(out)]) == 0
+    assert read_trace(out).source == "kineto"
+    assert main([str(tmp_path / "missing.json"), str(out)]) == 1
+    assert "no such Kineto trace file" in capsys.readouterr().err
+
+
+def _write(tmp_path: Path, obj, name="bad.json") -> Path:
+    path = tmp_path / name
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return path
+
+
+@pytest.mark.parametrize(
+    "obj,reason",
+    [
+        ("{not json", "not JSON"),
+        ([1, 2], "traceEvents"),
+        ({"traceEvents": {}}, "traceEvents"),
+        ({"traceEvents": []}, "no profiler events"),
+        (
+            {"traceEvents": [{"ph": "X", "cat": "foo", "name": "x", "ts": 0, "dur": 1}]},
+            "no profiler events",
+        ),
+        (
+            {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": "a", "dur": 1}]},
+            "numeric ts and dur",
+        ),
+        (
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": "k",
+                        "ts": 0,
+                        "dur": -1,
+                        "args": {"stream": 7},
+                    }
+                ]
+            },
+            "negative duration",
+        ),
+        ({"traceEvents": [3]}, "not an object"),
+        ({"traceEvents": [], "otherData": {"schema": "cbsim.trace"}}, "already a cbsim trace"),
+    ],
+)
+def test_malformed_is_rejected_with_reason(tmp_path, obj, reason):
+    with pytest.raises(TraceError, match=reason):
+        import_kineto(_write(tmp_path, obj))
+
+
+def test_corrupt_gzip_and_overlapping_stream_rejected(tmp_path):
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b" + b"garbage")
+    with pytest.raises(TraceError, match="corrupt gzip"):
+        import_kineto(bad)
+    # two copies overlapping on one stream cannot be a real stream's timeline
+    ev = [
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pinned -> Device)",
+            "pid": 0,
+            "tid": 3,
+            "ts": t,
+            "dur": 10,
+            "args": {"stream": 3, "bytes": 8},
+        }
+        for t in (0, 5)
+    ]
+    with pytest.raises(TraceError, match="overlap"):
+        import_kineto(_write(tmp_path, {"traceEvents": ev}))
