@@ -1,0 +1,183 @@
+"""Requests from the workload config: lengths, arrival times and prompt token ids.
+
+Everything is drawn from ``workload.seed`` through independent numpy streams (one each for prompt
+lengths, generation lengths, arrivals and token ids), so changing one knob never reshuffles the
+others and the same config always yields the same requests.
+
+Length distributions (``prompt_*`` and ``gen_*`` alike; ``value`` is ``prompt_len`` / ``gen_len``,
+``spread`` is ``prompt_spread`` / ``gen_spread``):
+
+- ``fixed``: every request gets ``value``.
+- ``uniform``: integers uniform on ``[round(value * (1 - spread)), round(value * (1 + spread))]``.
+- ``lognormal``: ``exp(N(mu, spread))`` rounded, with ``mu = log(value) - spread**2 / 2`` so that
+  ``value`` is the *mean*, as the config documents (the median is ``value * exp(-spread**2 / 2)``).
+- ``file``: one integer per line, or a JSON list of integers; cycled when it holds fewer lengths
+  than there are requests.
+
+Every length is clipped to at least 1. Arrivals are all at 0 (``offline``) or a Poisson process at
+``workload.rate`` requests/s (``poisson``: exponential gaps, the first request at t = 0).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cbsim.config.schema import WorkloadConfig
+
+
+@dataclass
+class Request:
+    """One generation request: a prompt and how many tokens to generate at most."""
+
+    rid: int
+    arrival_s: float
+    prompt_ids: np.ndarray  # int32 token ids
+    max_new_tokens: int
+
+    @property
+    def prompt_len(self) -> int:
+        return int(len(self.prompt_ids))
+
+
+def make_requests(workload: WorkloadConfig, vocab_size: int) -> list[Request]:
+    """``workload.total_requests`` requests, sorted by arrival, rids 0..n-1, deterministic."""
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size={vocab_size} must be >= 1")
+    n = workload.total_requests
+    s_prompt, s_gen, s_arrival, s_ids = np.random.SeedSequence(workload.seed).spawn(4)
+    prompt = _lengths(
+        "prompt",
+        workload.prompt_dist,
+        workload.prompt_len,
+        workload.prompt_spread,
+        workload.prompt_file,
+        n,
+        np.random.default_rng(s_prompt),
+    )
+    gen = _lengths(
+        "gen",
+        workload.gen_dist,
+        workload.gen_len,
+        workload.gen_spread,
+        workload.gen_file,
+        n,
+        np.random.default_rng(s_gen),
+    )
+    arrivals = _arrivals(workload.arrival, workload.rate, n, np.random.default_rng(s_arrival))
+    dtype = np.int32 if vocab_size <= np.iinfo(np.int32).max else np.int64
+    ids = np.random.default_rng(s_ids).integers(0, vocab_size, size=int(prompt.sum()), dtype=dtype)
+    offsets = np.concatenate(([0], np.cumsum(prompt)))
+    return [
+        Request(
+            rid=i,
+            arrival_s=float(arrivals[i]),
+            prompt_ids=ids[offsets[i] : offsets[i + 1]],
+            max_new_tokens=int(gen[i]),
+        )
+        for i in range(n)
+    ]
+
+
+def check_requests_fit(
+    requests: Iterable[Request], max_context: int, kv_capacity_tokens: int
+) -> None:
+    """Raise a ValueError naming the first request whose prompt + max_new_tokens exceeds the
+    model's context (``model.max_position_embeddings``) or the whole KV cache; such a request
+    could never run, so both back ends call this before anything starts."""
+    for r in requests:
+        total = r.prompt_len + r.max_new_tokens
+        if total > max_context:
+            raise ValueError(
+                f"request {r.rid}: prompt {r.prompt_len} + max_new_tokens {r.max_new_tokens} = "
+                f"{total} tokens exceeds the model context of {max_context} tokens "
+                "(model.max_position_embeddings)"
+            )
+        if total > kv_capacity_tokens:
+            raise ValueError(
+                f"request {r.rid}: prompt {r.prompt_len} + max_new_tokens {r.max_new_tokens} = "
+                f"{total} tokens exceeds the KV cache capacity of {kv_capacity_tokens} tokens "
+                "(workload.kv_num_blocks x workload.kv_block_size); allowed: shorter requests or "
+                "more KV blocks"
+            )
+
+
+def _lengths(
+    which: str,
+    dist: str,
+    value: int,
+    spread: float,
+    path: str | None,
+    n: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    if dist == "fixed":
+        out = np.full(n, value, dtype=np.int64)
+    elif dist == "uniform":
+        low = int(round(value * (1.0 - spread)))
+        high = int(round(value * (1.0 + spread)))
+        out = rng.integers(low, high + 1, size=n, dtype=np.int64)
+    elif dist == "lognormal":
+        mu = np.log(value) - spread * spread / 2.0
+        out = np.rint(rng.lognormal(mu, spread, size=n)).astype(np.int64)
+    elif dist == "file":
+        table = read_lengths(path, f"workload.{which}_file")
+        out = np.resize(table, n)  # cycles
+    else:
+        raise ValueError(
+            f"workload.{which}_dist={dist!r}; allowed: fixed, uniform, lognormal, file"
+        )
+    return np.maximum(out, 1)
+
+
+def read_lengths(path: str | None, key: str = "lengths file") -> np.ndarray:
+    """Positive integer lengths from a file: one per line (blank lines and # comments skipped)
+    or a JSON list. Errors name the path and the offending entry."""
+    if not path:
+        raise ValueError(f"{key}: no path given")
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{key}={path}: cannot read the lengths file ({exc})") from None
+    stripped = text.strip()
+    values: list[object]
+    if stripped.startswith("["):
+        try:
+            values = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{key}={path}: not a JSON list of lengths ({exc})") from None
+    else:
+        values = [
+            line.split("#", 1)[0].strip()
+            for line in text.splitlines()
+            if line.split("#", 1)[0].strip()
+        ]
+    out = []
+    for i, v in enumerate(values):
+        try:
+            if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+                raise ValueError
+            length = int(v)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise ValueError(f"{key}={path}: entry {i + 1} ({v!r}) is not an integer") from None
+        if length < 1:
+            raise ValueError(f"{key}={path}: entry {i + 1} is {length}; lengths must be >= 1")
+        out.append(length)
+    if not out:
+        raise ValueError(f"{key}={path}: the file holds no lengths")
+    return np.asarray(out, dtype=np.int64)
+
+
+def _arrivals(kind: str, rate: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    if kind == "offline":
+        return np.zeros(n)
+    if kind == "poisson":
+        gaps = rng.exponential(1.0 / rate, size=n)
+        gaps[0] = 0.0  # the first request opens the run
+        return np.cumsum(gaps)
+    raise ValueError(f"workload.arrival={kind!r}; allowed: offline, poisson")
