@@ -1,0 +1,213 @@
+"""The simulator's cost model: every duration the SimPy model uses comes from here.
+
+All times are microseconds. Every term is a config value (``hardware``, ``hardware.gpu``,
+``hardware.host``, ``model``, ``workload``), so a what-if is an override, never a code edit.
+
+GPU forward pass, a roofline per operation kind (time = max(FLOPs / achieved FLOP/s,
+bytes / achieved bandwidth), achieved = peak x that kind's efficiency):
+
+- linear layers (QKV, O, gate/up/down of every layer): FLOPs 2 x params x query tokens; bytes the
+  layer weights once plus the activations each layer reads and writes;
+- LM head: only the sampled rows (one per sampled request), its weights once, fp32 logits out;
+- attention: bytes the KV each request reads (its context padded up to ``attention_kv_pad``
+  tokens) plus the new K/V written; FLOPs 4 x heads x head_dim x layers x sum(q x mean context);
+- plus ``forward_fixed_us`` and one GPU gap per kernel (``eager_kernel_gap_us`` eagerly,
+  ``graph_node_gap_us`` inside a replayed graph); the in-graph carry-over adds ``carry_over_us``.
+
+Copies: ``copy_latency_us + bytes / bandwidth``. Host phases: ``fixed + per request x requests +
+per token x query tokens`` (``PhaseCost``); launch: one ``kernel_launch_us`` per kernel eagerly or
+one ``graph_launch_us``, plus one ``copy_launch_us`` per copy and one ``event_us`` per event op.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cbsim.config.schema import CbsimConfig
+
+INT64, INT32 = 8, 4
+# per-request int32 metadata in every batch: start position, context length, query length
+REQUEST_META_BYTES = 3 * INT32
+# per-sampled-request bytes: logits index (int32) + carry-over index (int32)
+SAMPLE_META_BYTES = 2 * INT32
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    """One forward pass on the compute stream, split by what bounds it (microseconds)."""
+
+    linear_us: float
+    lm_head_us: float
+    attention_us: float
+    overhead_us: float  # forward_fixed_us + per-kernel gaps
+    carry_over_us: float  # the in-graph scatter-add of batch N's tokens, 0 when not needed
+    kernels: int  # kernels launched (eager) or graph nodes (replay)
+
+    @property
+    def total_us(self) -> float:
+        return (
+            self.linear_us
+            + self.lm_head_us
+            + self.attention_us
+            + self.overhead_us
+            + self.carry_over_us
+        )
+
+
+def roofline_us(flops: float, nbytes: float, flops_per_us: float, bytes_per_us: float) -> float:
+    return max(flops / flops_per_us, nbytes / bytes_per_us)
+
+
+class CostModel:
+    """Durations for one configuration; precomputes the per-model constants once."""
+
+    def __init__(self, config: CbsimConfig) -> None:
+        m, hw, w = config.model, config.hardware, config.workload
+        self.hw, self.gpu, self.host = hw, hw.gpu, hw.host
+        self.block_size = w.kv_block_size
+        dt = m.dtype_bytes
+        h, kv, inter, layers = (
+            m.hidden_size,
+            m.num_kv_heads * m.head_dim,
+            m.intermediate_size,
+            m.num_layers,
+        )
+        self.layers = layers
+        # linear weights read once per pass; the embedding table is a gather (one row per token)
+        self.linear_weight_bytes = layers * m.layer_params * dt + h * dt
+        self.linear_flops_per_token = 2.0 * layers * m.layer_params
+        # activations per token per layer, read + written: residual and norms (4h), q/k/v (h+2kv),
+        # attention out and o-proj out (2h), gate/up (2i), act (i), down (h)
+        self.act_bytes_per_token = 2 * layers * dt * (8 * h + 2 * kv + 3 * inter) + h * dt
+        self.lm_head_bytes = m.vocab_size * h * dt
+        self.lm_head_flops_per_row = 2.0 * m.vocab_size * h
+        self.logits_bytes_per_row = m.vocab_size * 4  # fp32 logits for sampling
+        self.kv_bytes_per_token = m.kv_bytes_per_token
+        self.attn_flops_coeff = 4.0 * m.num_heads * m.head_dim * layers
+        self.kernels = self.gpu.kernels_per_layer * layers + self.gpu.kernels_extra
+        # achieved rates, per microsecond
+        g = self.gpu
+        self.gemm_flops = hw.peak_flops * g.gemm_flops_eff * 1e-6
+        self.gemm_bw = hw.hbm_bandwidth * g.gemm_bandwidth_eff * 1e-6
+        self.attn_flops = hw.peak_flops * g.attention_flops_eff * 1e-6
+        self.attn_bw = hw.hbm_bandwidth * g.attention_bandwidth_eff * 1e-6
+        self.h2d_bw = hw.h2d_bandwidth * 1e-6
+        self.d2h_bw = hw.d2h_bandwidth * 1e-6
+        self.graph_sizes = sorted(config.engine.graph_batch_sizes)
+        self.model, self.workload = m, w
+
+    # ---- GPU -------------------------------------------------------------------------------
+    def graph_size(self, requests: int) -> int | None:
+        """The captured batch size a decode batch of ``requests`` is padded to (None: eager)."""
+        for size in self.graph_sizes:
+            if size >= requests:
+                return size
+        return None
+
+    def forward(
+        self, batch, *, graph: bool, carry_over: bool, padded_requests: int | None = None
+    ) -> ForwardCost:
+        """One forward pass over a scheduler Batch (``query_lens``, ``context_lens``,
+        ``query_tokens``, ``kv_tokens``, ``num_samples``, ``kind``)."""
+        q_tokens, sampled, kv_tokens = batch.query_tokens, batch.num_samples, batch.kv_tokens
+        decode = batch.kind == "decode"  # one query token per request: closed forms below
+        if padded_requests is not None and padded_requests > len(batch):
+            # a replayed decode graph computes its padded rows too (one token each, no KV)
+            extra = padded_requests - len(batch)
+            q_tokens += extra
+            sampled += extra
+        linear = roofline_us(
+            self.linear_flops_per_token * q_tokens,
+            self.linear_weight_bytes + self.act_bytes_per_token * q_tokens,
+            self.gemm_flops,
+            self.gemm_bw,
+        )
+        lm_head = 0.0
+        if sampled:
+            lm_head = roofline_us(
+                self.lm_head_flops_per_row * sampled,
+                self.lm_head_bytes + self.logits_bytes_per_row * sampled,
+                self.gemm_flops,
+                self.gemm_bw,
+            )
+        pad = self.gpu.attention_kv_pad
+        ctx = batch.context_lens
+        read_tokens = int((((ctx + pad - 1) // pad) * pad).sum()) if pad > 1 else kv_tokens
+        if decode:
+            attn_work = float(kv_tokens)
+        else:
+            # causal: query token j of a chunk sees start + j + 1 keys; mean over the chunk
+            q = batch.query_lens
+            attn_work = float((q * (ctx - (q - 1) * 0.5)).sum())
+        attention = roofline_us(
+            self.attn_flops_coeff * attn_work,
+            (read_tokens + batch.query_tokens) * self.kv_bytes_per_token,
+            self.attn_flops,
+            self.attn_bw,
+        )
+        gap = self.gpu.graph_node_gap_us if graph else self.gpu.eager_kernel_gap_us
+        kernels = self.kernels + (1 if carry_over else 0)
+        return ForwardCost(
+            linear_us=linear,
+            lm_head_us=lm_head,
+            attention_us=attention,
+            overhead_us=self.gpu.forward_fixed_us + gap * kernels,
+            carry_over_us=self.gpu.carry_over_us if carry_over else 0.0,
+            kernels=kernels,
+        )
+
+    # ---- copies ----------------------------------------------------------------------------
+    def h2d_bytes(self, query_tokens: int, requests: int, sampled: int, kv_blocks: int) -> int:
+        """Input ids (int64) and positions (int32) per token, per-request metadata, block tables,
+        logits and carry-over indices."""
+        return (
+            query_tokens * (INT64 + INT32)
+            + requests * REQUEST_META_BYTES
+            + kv_blocks * INT32
+            + sampled * SAMPLE_META_BYTES
+        )
+
+    def d2h_bytes(self, sampled: int) -> int:
+        return sampled * INT64  # the sampled token ids
+
+    def h2d_us(self, nbytes: int) -> float:
+        return self.hw.copy_latency_us + nbytes / self.h2d_bw
+
+    def d2h_us(self, nbytes: int) -> float:
+        return self.hw.copy_latency_us + nbytes / self.d2h_bw
+
+    # ---- host ------------------------------------------------------------------------------
+    def schedule_us(self, requests: int, tokens: int) -> float:
+        return self.host.schedule.cost(requests, tokens)
+
+    def prepare_us(self, requests: int, tokens: int) -> float:
+        return self.host.prepare.cost(requests, tokens)
+
+    def update_us(self, requests: int, tokens: int) -> float:
+        return self.host.update.cost(requests, tokens)
+
+    def launch_us(self, kernels: int, graph: bool, copies: int, event_ops: int) -> float:
+        """Host time to enqueue one step: the kernels or one graph, the copies, the events."""
+        h = self.host
+        body = h.graph_launch_us if graph else h.kernel_launch_us * kernels
+        return body + h.copy_launch_us * copies + h.event_us * event_ops
+
+    # ---- memory ----------------------------------------------------------------------------
+    def io_slot_bytes(self, max_requests: int, max_tokens: int, max_context: int) -> int:
+        """One IO slot: pinned host buffer + device buffer of the largest batch's inputs, plus
+        the sampled-token output buffer on both sides."""
+        max_blocks = math.ceil(max_context / self.block_size)
+        inputs = self.h2d_bytes(max_tokens, max_requests, max_requests, max_blocks * max_requests)
+        return 2 * (inputs + self.d2h_bytes(max_requests))
+
+    def graph_pool_bytes_per_slot(self, max_requests: int) -> int:
+        """Activation workspace of the largest captured decode graph (graphs of every size share
+        it, as they never replay at once): hidden states, q/k/v, MLP intermediates and fp32
+        logits for ``size`` rows; 0 when no graph size fits."""
+        sizes = [s for s in self.graph_sizes if s <= max(max_requests, self.graph_sizes[0])]
+        rows = sizes[-1] if sizes else 0
+        m = self.model
+        h, kv = m.hidden_size, m.num_kv_heads * m.head_dim
+        per_row = m.dtype_bytes * (6 * h + 2 * kv + 3 * m.intermediate_size) + 2 * m.vocab_size * 4
+        return rows * per_row

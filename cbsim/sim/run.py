@@ -1,0 +1,108 @@
+"""``run(config, engine)``: simulate one engine and return its trace."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cbsim.config.errors import ConfigError
+from cbsim.config.schema import CbsimConfig, EngineConfig
+from cbsim.sim.engine import SimEngine
+from cbsim.sim.host import LOOPS
+from cbsim.trace import Trace, TraceBuilder
+from cbsim.trace import schema as S
+
+
+def engine_config(config: CbsimConfig, engine: str) -> EngineConfig:
+    """The engine settings this run uses. The sync engine of a comparison (or of an async config)
+    runs as the baseline: one IO slot, no carry-over."""
+    if engine not in LOOPS:
+        raise ConfigError(f"engine={engine!r}; allowed: {', '.join(LOOPS)}")
+    e = config.engine
+    if engine == "sync" and e.name != "sync":
+        return dataclasses.replace(e, name="sync", io_slots=1, carry_over=False)
+    if engine == "async" and e.name == "sync":
+        raise ConfigError(
+            "run(config, 'async') with engine.name=sync: use engine=async or engine=compare"
+        )
+    return dataclasses.replace(e, name=engine)
+
+
+def run(config: CbsimConfig, engine: str) -> Trace:
+    """Simulate ``engine`` ("sync" or "async") on ``config``; the trace is the whole result."""
+    eng = engine_config(config, engine)
+    hw = config.hardware
+    trace = TraceBuilder(
+        "sim", {"engine": engine, "hardware": {"name": hw.name, "source": hw.source}}
+    )
+    if eng.streams == "default":
+        trace.declare_lane(S.DEFAULT)
+    sim = SimEngine(config, eng, trace)
+    sim.env.process(LOOPS[engine](sim))
+    sim.env.run()
+    trace.other_data["memory"] = memory(sim)
+    trace.other_data["sim_counters"] = counters(sim)
+    return trace.build()
+
+
+def memory(sim: SimEngine) -> dict[str, Any]:
+    """IO buffers for every slot; graph pool with one pool shared by both slots' graphs (the
+    largest) and without (one per slot)."""
+    costs, eng, w = sim.costs, sim.engine, sim.config.workload
+    longest = max(r.prompt_len + r.max_new_tokens for r in sim.requests)
+    per_slot = costs.io_slot_bytes(w.batch_size, w.max_batch_tokens, longest)
+    pool = costs.graph_pool_bytes_per_slot(w.batch_size) if eng.cuda_graphs else 0
+    sizes = [s for s in costs.graph_sizes if s <= w.batch_size] or costs.graph_sizes[:1]
+    return {
+        "io_slots": eng.io_slots,
+        "io_buffer_bytes_per_slot": per_slot,
+        "io_buffer_bytes": per_slot * eng.io_slots,
+        "graph_pool_bytes_per_slot": pool,
+        "graph_pool_bytes": pool,
+        "graph_pool_bytes_unshared": pool * eng.io_slots,
+        "graphs_captured": len(sizes) * eng.io_slots if eng.cuda_graphs else 0,
+        "kv_cache_bytes": sim.sched.kv.num_blocks
+        * w.kv_block_size
+        * sim.config.model.kv_bytes_per_token,
+        "weight_bytes": sim.config.model.weight_bytes,
+    }
+
+
+def counters(sim: SimEngine) -> dict[str, Any]:
+    """The simulator's own counts, for checking metrics computed from the trace."""
+    n, total = sim.n, sim.env.now
+    gpu_lane = S.DEFAULT if sim.device.default_stream else S.COMPUTE
+    busy = sim.lane_busy_us[gpu_lane]
+    steps = n["steps"]
+    return {
+        "total_us": total,
+        "steps": steps,
+        "generated_tokens": n["generated_tokens"],
+        "requests": len(sim.requests),
+        "requests_finished": n["requests_finished"],
+        "preemptions": sim.sched.num_preemptions,
+        "host_blocks": n["host_blocks"],
+        "host_blocks_per_step": n["host_blocks"] / steps if steps else 0.0,
+        "host_blocked_us": n["host_blocked_us"],
+        "host_idle_us": n["idle_us"],
+        "host_phase_us": dict(sorted(sim.host_us.items())),
+        "gpu_lane": gpu_lane,
+        "gpu_busy_us": busy,
+        "gpu_idle_fraction": 1.0 - busy / total if total > 0 else 0.0,
+        "lane_busy_us": dict(sorted(sim.lane_busy_us.items())),
+        "graph_steps": n["graph_steps"],
+        "eager_steps": n["eager_steps"],
+        "kernels_launched": n["kernels_launched"],
+        "carry_over_steps": n["carry_over_steps"],
+        "launch_wait_us": n["launch_wait_us"],
+        "hazards": sum(sim.hazards.values()),
+        "hazards_by_kind": dict(sorted(sim.hazards.items())),
+        "simpy_events": _simpy_events(sim),
+        "trace_events": len(sim.trace.events),
+    }
+
+
+def _simpy_events(sim: SimEngine) -> int:
+    """Events SimPy scheduled (it numbers them with a counter; read once, after the run)."""
+    eid = getattr(sim.env, "_eid", None)
+    return int(next(eid)) if eid is not None else 0

@@ -1,0 +1,123 @@
+"""CUDA streams, events and the happens-before order between them.
+
+A stream is an in-order queue: an operation starts when the host has enqueued it, the stream's
+previous operation has ended and every event it waits on has completed. The host enqueues in
+program order and can only wait on an event already recorded, so every one of those times is
+known when the operation is enqueued: the stream computes its start and end right then, and only
+the host (the one actor that decides anything) needs SimPy's clock. That keeps a 16K-step run
+well under a second without changing a single timestamp.
+
+Ordering is tracked with vector clocks, one component per stream: ``vc[k]`` = how many of stream
+k's operations are known complete. A stream learns what the host knew when it enqueued (program
+order), what an event knew when it waits on it; the host learns an event's knowledge when it
+synchronises on it. An access A happens before an access B iff ``B.vc[A.stream] >= A.seq``:
+that is what the IO slots check for hazards, independently of how the timing happened to fall.
+
+``engine.streams=default`` puts every operation on one stream, the legacy default stream, so
+copies and compute serialise; and reading the sampled tokens there is a device-wide sync (the
+host waits for everything enqueued so far, the next batch included): all overlap is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cbsim.trace import schema as S
+
+
+@dataclass(slots=True)
+class CudaEvent:
+    """Recorded on a stream after its last enqueued op: completes when that op ends."""
+
+    time: float
+    vc: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class Op:
+    """One stream operation; ``vc`` is what is known complete when it starts."""
+
+    stream: int
+    seq: int
+    lane: str
+    name: str
+    start: float
+    end: float
+    vc: tuple[int, ...]
+
+
+def happens_before(op: Op | None, vc: tuple[int, ...] | list[int]) -> bool:
+    """Is ``op`` ordered before an access that knows ``vc``? None = a host access (program order
+    puts it before anything the host enqueues later)."""
+    return op is None or vc[op.stream] >= op.seq
+
+
+class Stream:
+    """An in-order queue on the GPU (a lane in the trace)."""
+
+    __slots__ = ("index", "lane", "tail", "seq", "vc", "busy_us")
+
+    def __init__(self, index: int, lane: str, width: int) -> None:
+        self.index, self.lane = index, lane
+        self.tail = 0.0  # end of the last enqueued op
+        self.seq = 0  # ops enqueued so far
+        self.vc = [0] * width  # what is known complete after the last enqueued op
+        self.busy_us = 0.0
+
+    def enqueue(
+        self,
+        name: str,
+        now: float,
+        dur: float,
+        host_vc: list[int],
+        waits: tuple[CudaEvent, ...] = (),
+        not_before_end: float = 0.0,
+    ) -> Op:
+        """Enqueue an op at host time ``now``; ``not_before_end``: it cannot end earlier (eager
+        kernels are still being launched)."""
+        start = now if now > self.tail else self.tail
+        vc = list(map(max, self.vc, host_vc))
+        for ev in waits:
+            if ev.time > start:
+                start = ev.time
+            vc = list(map(max, vc, ev.vc))
+        end = start + dur
+        if not_before_end > end:
+            end = not_before_end
+        self.seq += 1
+        op = Op(self.index, self.seq, self.lane, name, start, end, tuple(vc))
+        vc[self.index] = self.seq
+        self.vc = vc
+        self.tail = end
+        self.busy_us += end - start
+        return op
+
+    def record(self) -> CudaEvent:
+        return CudaEvent(self.tail, tuple(self.vc))
+
+
+class Device:
+    """The three streams (or one legacy default stream) and the host's knowledge of them."""
+
+    def __init__(self, mode: str) -> None:
+        if mode == "three":
+            self.h2d = Stream(0, S.H2D, 3)
+            self.compute = Stream(1, S.COMPUTE, 3)
+            self.d2h = Stream(2, S.D2H, 3)
+            self.streams = (self.h2d, self.compute, self.d2h)
+        else:
+            default = Stream(0, S.DEFAULT, 1)
+            self.h2d = self.compute = self.d2h = default
+            self.streams = (default,)
+        self.default_stream = mode != "three"
+        self.host_vc = [0] * len(self.streams)
+
+    def sync_point(self, event: CudaEvent) -> CudaEvent:
+        """What the host really waits for when it synchronises on ``event``: the event itself,
+        or on the legacy default stream everything enqueued so far (a device-wide sync)."""
+        if self.default_stream:
+            return self.compute.record()
+        return event
+
+    def host_learns(self, event: CudaEvent) -> None:
+        self.host_vc = list(map(max, self.host_vc, event.vc))
