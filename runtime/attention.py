@@ -1,0 +1,179 @@
+"""Paged attention plugged into transformers through its attention-function registry.
+
+The model's layers stay transformers' own: `config._attn_implementation = "cbsim_paged"` makes every
+LlamaAttention call `paged_attention_forward` with its rotated q/k/v, and the batch's metadata
+arrives as the forward kwarg `cbsim_meta` (an AttnMeta). Each layer first writes the new K/V into the
+paged cache, then attends over the cache:
+
+- decode group (requests with one query token): a paged decode kernel when one is selected (the
+  Triton kernel in runtime/kernels/), else the torch reference (gather the request's blocks, SDPA
+  with a context-length mask);
+- prefill group (more than one query token, a prompt chunk after a cached prefix): the torch
+  reference, SDPA over the gathered blocks with a causal mask offset by the cached prefix.
+
+Everything here runs on device tensors only (no host syncs), so a decode-only forward can be
+captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+ATTN_NAME = "cbsim_paged"
+
+# paged_decode_attention(q[B,Hq,D], k_cache, v_cache, block_tables[B,W] int32,
+#                        context_lens[B] int32, scale) -> out[B,Hq,D]
+DecodeKernel = Callable[..., torch.Tensor]
+
+
+@dataclass
+class AttnMeta:
+    """One forward's attention metadata; tensors are views into the step's IO buffer."""
+
+    cache: object  # PagedKVCache
+    num_tokens: int
+    slot_mapping: torch.Tensor  # [T] flat cache slot of each token's K/V
+    # decode group: token index, block table row and context length per request
+    dec_tok: torch.Tensor | None = None  # [Bd]
+    dec_bt: torch.Tensor | None = None  # [Bd, W]
+    dec_ctx: torch.Tensor | None = None  # [Bd]
+    all_decode: bool = False  # every token is a decode token, in order: dec_tok == arange(T)
+    # prefill group: first token index, query length, first position, block table row
+    pre_tok: torch.Tensor | None = None  # [Bp]
+    pre_qlen: torch.Tensor | None = None  # [Bp]
+    pre_start: torch.Tensor | None = None  # [Bp]
+    pre_bt: torch.Tensor | None = None  # [Bp, Wp]
+    pre_qmax: int = 0  # longest query in the group (host int: shapes are static per step)
+    decode_kernel: DecodeKernel | None = None
+    _derived: dict = field(default_factory=dict)
+
+    def derive(self) -> None:
+        """Index tensors shared by all layers, computed once per forward (inside a graph too)."""
+        d = self._derived
+        if self.dec_tok is not None and self.decode_kernel is not None:
+            d["dec_bt32"] = self.dec_bt.to(torch.int32)
+            d["dec_ctx32"] = self.dec_ctx.to(torch.int32)
+        if self.pre_tok is not None:
+            ar = torch.arange(self.pre_qmax, device=self.pre_tok.device)
+            valid = ar[None, :] < self.pre_qlen[:, None]
+            q_idx = self.pre_tok[:, None] + ar[None, :]
+            d["pre_q_idx"] = torch.where(valid, q_idx, 0)
+            # padded query rows scatter into a dummy row T of the output
+            d["pre_out_idx"] = torch.where(valid, q_idx, self.num_tokens).reshape(-1)
+            d["pre_q_pos"] = torch.where(valid, self.pre_start[:, None] + ar[None, :], 0)
+
+
+def decode_torch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """q [B, Hq, D] -> [B, Hq, D]; reads each request's whole block-table row (padded KV)."""
+    b, hq, dim = q.shape
+    k = k_cache[block_tables].flatten(1, 2)  # [B, S, Hkv, D]
+    v = v_cache[block_tables].flatten(1, 2)
+    hkv = k.shape[2]
+    s = k.shape[1]
+    # grouped-query attention without expanding K/V: a kv head's G query heads are G query rows
+    qg = q.view(b, hkv, hq // hkv, dim)
+    mask = (torch.arange(s, device=q.device)[None, :] < context_lens[:, None])[:, None, None, :]
+    out = F.scaled_dot_product_attention(
+        qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
+    )
+    return out.reshape(b, hq, dim)
+
+
+def prefill_torch(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
+) -> torch.Tensor:
+    """q [T, Hq, D] -> [Bp, Qmax, Hq, D]: each chunk attends causally to its cached prefix."""
+    d = meta._derived
+    q_idx, q_pos = d["pre_q_idx"], d["pre_q_pos"]
+    bp, qm = q_idx.shape
+    hq, dim = q.shape[1:]
+    k = k_cache[meta.pre_bt].flatten(1, 2)  # [Bp, S, Hkv, D]
+    v = v_cache[meta.pre_bt].flatten(1, 2)
+    hkv, s, g = k.shape[2], k.shape[1], hq // k.shape[2]
+    qg = q[q_idx].view(bp, qm, hkv, g, dim).permute(0, 2, 1, 3, 4).reshape(bp, hkv, qm * g, dim)
+    mask = torch.arange(s, device=q.device)[None, None, :] <= q_pos[:, :, None]  # [Bp, Qm, S]
+    mask = mask.repeat_interleave(g, dim=1)[:, None]
+    out = F.scaled_dot_product_attention(
+        qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
+    )
+    return out.view(bp, hkv, qm, g, dim).permute(0, 2, 1, 3, 4).reshape(bp, qm, hq, dim)
+
+
+def _decode(q: torch.Tensor, layer: int, meta: AttnMeta, scale: float) -> torch.Tensor:
+    cache = meta.cache
+    kc, vc = cache.k[layer], cache.v[layer]
+    if meta.decode_kernel is not None:
+        d = meta._derived
+        return meta.decode_kernel(q.contiguous(), kc, vc, d["dec_bt32"], d["dec_ctx32"], scale)
+    return decode_torch(q, kc, vc, meta.dec_bt, meta.dec_ctx, scale)
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    cbsim_meta: AttnMeta | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: q/k/v [1, H, T, D] -> ([1, T, Hq, D], None)."""
+    meta = cbsim_meta
+    if meta is None:
+        raise RuntimeError(f"attention {ATTN_NAME!r} needs the forward kwarg cbsim_meta (AttnMeta)")
+    layer = module.layer_idx
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    q = query[0].transpose(0, 1)  # [T, Hq, D]
+    meta.cache.write(layer, key[0].transpose(0, 1), value[0].transpose(0, 1), meta.slot_mapping)
+    if meta.all_decode:
+        return _decode(q, layer, meta, scale).unsqueeze(0), None
+    t, hq, dim = q.shape
+    out = q.new_empty(t + 1, hq, dim)
+    if meta.dec_tok is not None:
+        out.index_copy_(0, meta.dec_tok, _decode(q[meta.dec_tok], layer, meta, scale))
+    if meta.pre_tok is not None:
+        pre = prefill_torch(q, meta.cache.k[layer], meta.cache.v[layer], meta, scale)
+        out.index_copy_(0, meta._derived["pre_out_idx"], pre.reshape(-1, hq, dim))
+    return out[:t].unsqueeze(0), None
+
+
+def register() -> None:
+    """Make "cbsim_paged" a valid config._attn_implementation (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTN_NAME, paged_attention_forward)
+
+
+def load_decode_kernel(choice: str, device: torch.device) -> DecodeKernel | None:
+    """The decode kernel for mode.attention: "torch" none, "triton" required, "auto" if it loads."""
+    if choice == "flex":
+        raise ValueError(
+            "mode.attention=flex is not implemented by the runtime; allowed: auto, torch, triton"
+        )
+    if choice == "torch" or (choice == "auto" and device.type != "cuda"):
+        return None
+    try:
+        from cbsim.runtime.kernels.paged_attention import paged_decode_attention
+    except ImportError as exc:
+        if choice == "triton":
+            raise ValueError(
+                f"mode.attention=triton: the Triton kernel cannot load ({exc}); "
+                "allowed here: mode.attention=torch or auto"
+            ) from None
+        return None
+    if device.type != "cuda":
+        raise ValueError("mode.attention=triton needs CUDA; allowed on a CPU: torch or auto")
+    return paged_decode_attention

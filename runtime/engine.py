@@ -1,0 +1,224 @@
+"""One runtime run: check the inputs, build the device side, run a loop, return the trace.
+
+`execute(config, engine)` returns a RunResult (trace, generated tokens per request, summary);
+`cbsim.runtime.run` returns its trace. Everything that can be refused is refused before the model
+is built: requests longer than the model context or the KV cache, token ids outside the
+vocabulary, engine=async without CUDA. A CUDA out-of-memory while building names the config
+values to lower. Ctrl-C (KeyboardInterrupt) during the loop stops it, finishes the trace so far
+(otherData.interrupted = true) and raises `Interrupted`, a KeyboardInterrupt whose `.trace` holds
+that partial trace, so the caller can still write it.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from cbsim.config.schema import CbsimConfig
+from cbsim.runtime.io_slots import dummy_decode, empty_decode_layout
+from cbsim.runtime.loops import LoopState, run_async, run_sync
+from cbsim.runtime.runner import ModelRunner
+from cbsim.runtime.streams import SlotEvents, Streams
+from cbsim.runtime.tracing import Recorder
+from cbsim.scheduler import Scheduler, default_num_kv_blocks
+from cbsim.trace import Trace
+from cbsim.trace import schema as S
+from cbsim.workload import Request, check_requests_fit, make_requests
+
+ENGINES = ("sync", "async")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; `.trace` is the trace recorded up to that point."""
+
+    def __init__(self, trace: Trace) -> None:
+        super().__init__("runtime interrupted; the partial trace is in .trace")
+        self.trace = trace
+
+
+@dataclass
+class RunResult:
+    trace: Trace
+    outputs: dict[int, np.ndarray]
+    summary: dict[str, Any]
+
+
+def check_vocab(requests: list[Request], vocab_size: int) -> None:
+    for r in requests:
+        ids = np.asarray(r.prompt_ids)
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+            bad = int(ids[(ids < 0) | (ids >= vocab_size)][0])
+            raise ValueError(
+                f"request {r.rid}: token id {bad} is outside the vocabulary of "
+                f"{vocab_size} tokens (model.vocab_size)"
+            )
+
+
+def oom_message(config: CbsimConfig, num_blocks: int, what: str, exc: Exception) -> str:
+    w, kv = config.workload, config.model.kv_bytes_per_token
+    return (
+        f"CUDA out of memory while {what} ({str(exc).splitlines()[0]}). Lower one of: "
+        f"workload.kv_num_blocks (now {num_blocks} blocks = "
+        f"{num_blocks * w.kv_block_size * kv / 2**30:.2f} GiB of KV), workload.batch_size "
+        f"(now {w.batch_size}), workload.max_batch_tokens (now {w.max_batch_tokens}), "
+        f"engine.graph_batch_sizes (now up to {max(config.engine.graph_batch_sizes)}), or pick a "
+        f"smaller model (model={config.model.name}, {config.model.weight_bytes / 1e9:.1f} GB of "
+        "weights)"
+    )
+
+
+def hardware_info(device: torch.device) -> dict[str, Any]:
+    import transformers
+
+    info = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            name=props.name,
+            cuda=torch.version.cuda,
+            memory_bytes=props.total_memory,
+            sms=props.multi_processor_count,
+        )
+        try:
+            import triton
+
+            info["triton"] = triton.__version__
+        except ImportError:
+            pass
+    else:
+        info["name"] = "cpu"
+    return info
+
+
+def execute(config: CbsimConfig, engine: str) -> RunResult:
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r}; the runtime runs one of: {', '.join(ENGINES)}")
+    device = torch.device(config.mode.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"mode.device={config.mode.device} but no CUDA device is visible; "
+            "on a CPU use mode.device=cpu with engine=sync"
+        )
+    if engine == "async" and device.type != "cuda":
+        raise RuntimeError(
+            "engine=async needs CUDA (three CUDA streams, events, pinned IO slots, CUDA graphs); "
+            f"mode.device={config.mode.device}. On a CPU run engine=sync with mode.device=cpu"
+        )
+    w = config.workload
+    requests = make_requests(w, config.model.vocab_size)
+    num_blocks = default_num_kv_blocks(w, requests)
+    check_requests_fit(requests, config.model.max_position_embeddings, num_blocks * w.kv_block_size)
+    check_vocab(requests, config.model.vocab_size)
+    is_async = engine == "async"
+    max_context = max(r.prompt_len + r.max_new_tokens for r in requests)
+    t_setup = time.perf_counter()
+    try:
+        runner = ModelRunner(
+            config,
+            device,
+            num_kv_blocks=num_blocks,
+            max_context=max_context,
+            num_slots=2 if is_async else 1,
+            carry_over=is_async,
+            graphs=config.engine.cuda_graphs,
+        )
+    except torch.OutOfMemoryError as exc:
+        raise RuntimeError(
+            oom_message(config, num_blocks, "building the model and KV cache", exc)
+        ) from None
+    shape = runner.shape
+    if config.model.path:  # a checkpoint's own context and vocabulary are what count
+        check_requests_fit(requests, shape["max_position_embeddings"], num_blocks * w.kv_block_size)
+        check_vocab(requests, shape["vocab_size"])
+    streams = Streams.create(device, three=is_async)
+    try:
+        warm_up(runner, streams, config.mode.warmup_steps)
+        if streams.cuda:
+            runner.capture_graphs(streams.compute)
+    except torch.OutOfMemoryError as exc:
+        raise RuntimeError(oom_message(config, num_blocks, "capturing CUDA graphs", exc)) from None
+    setup_s = time.perf_counter() - t_setup
+
+    sched = Scheduler(w, num_blocks)
+    sched.add_all(requests)
+    rec = Recorder(config.mode.tracing, device)
+    rec.start(streams.compute)
+    for r in requests:
+        rec.request(S.ARRIVAL, rec.t0 + r.arrival_s, r.rid)
+    state = LoopState(
+        runner, sched, rec, streams, SlotEvents(len(runner.slots)) if streams.cuda else None
+    )
+    interrupted = False
+    try:
+        (run_async if is_async else run_sync)(state)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if streams.cuda:
+            torch.cuda.synchronize(device)
+    wall_s = time.perf_counter() - rec.t0
+    summary = {
+        "wall_s": wall_s,
+        "setup_s": setup_s,
+        "steps": state.steps,
+        "graph_steps": state.graph_steps,
+        "eager_steps": state.steps - state.graph_steps,
+        "generated_tokens": state.generated,
+        "tokens_per_s": state.generated / max(wall_s, 1e-9),
+        "ms_per_step": 1e3 * wall_s / max(state.steps, 1),
+        "preemptions": sched.num_preemptions,
+        "host_phase_s": {k: round(v, 6) for k, v in state.host_phase_s.items()},
+        "num_kv_blocks": num_blocks,
+    }
+    other = {
+        "engine": engine,
+        "hardware": hardware_info(device),
+        "memory": dict(runner.memory),
+        "counters": summary,
+        "attention": "triton" if runner.decode_kernel else "torch",
+        "cuda_graphs": bool(runner.buckets),
+        "graph_buckets": runner.buckets,
+        "io_slots": len(runner.slots),
+        "tracing": config.mode.tracing,
+        "interrupted": interrupted,
+    }
+    trace = rec.build(other)
+    if interrupted:
+        raise Interrupted(trace)
+    outputs = {r.rid: sched.outputs(r.rid) for r in requests}
+    return RunResult(trace, outputs, summary)
+
+
+def warm_up(runner: ModelRunner, streams: Streams, steps: int) -> None:
+    """Eager forwards on a padding-only decode batch (library init, kernel selection)."""
+    rows = runner.max_outputs
+    layout = empty_decode_layout(rows, runner.graph_width, runner.carry_len)
+    flat = torch.from_numpy(dummy_decode(layout, runner.cache.scratch_block, runner.block_size))
+    ctx = torch.cuda.stream(streams.compute) if streams.cuda else _null()
+    with ctx:
+        for _ in range(steps):
+            for slot in runner.slots:
+                slot.dev_in[: flat.numel()].copy_(flat.to(runner.device))
+                runner.step_body(slot, layout)
+    if streams.cuda:
+        torch.cuda.synchronize()
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -1,0 +1,209 @@
+"""A step's small inputs packed into ONE int64 tensor, and the IO slots that carry it.
+
+`pack()` turns a scheduler Batch into a flat int64 array plus a Layout (name -> offset, shape), all
+in numpy with no per-token Python loop. An IOSlot owns a pinned host buffer and a device buffer of
+the same capacity (so one H2D copy moves every input of a step) plus the sampled-token output
+buffers (device, and pinned host for the D2H copy). Decode-only batches padded to a graph bucket
+get a fixed layout, so a graph captured on a slot's views replays on any batch of that bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# Section order: the graph-bucket layout is the same as any decode batch of that size.
+SECTIONS = (
+    "input_ids",
+    "positions",
+    "slots",
+    "logits_idx",
+    "carry",
+    "dec_tok",
+    "dec_ctx",
+    "dec_bt",
+    "pre_tok",
+    "pre_qlen",
+    "pre_start",
+    "pre_bt",
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each input lives in the packed buffer, plus the host-side shape facts of the step."""
+
+    offsets: tuple[tuple[str, int, tuple[int, ...]], ...]
+    total: int
+    num_tokens: int
+    num_sample: int
+    all_decode: bool
+    pre_qmax: int
+
+    def views(self, buf: torch.Tensor) -> dict[str, torch.Tensor | None]:
+        out: dict[str, torch.Tensor | None] = {}
+        for name, off, shape in self.offsets:
+            n = int(np.prod(shape))
+            out[name] = buf[off : off + n].view(shape) if n else None
+        return out
+
+
+def make_layout(
+    sizes: dict[str, tuple[int, ...]],
+    num_tokens: int,
+    num_sample: int,
+    all_decode: bool,
+    pre_qmax: int,
+) -> Layout:
+    offsets, off = [], 0
+    for name in SECTIONS:
+        shape = sizes.get(name, (0,))
+        offsets.append((name, off, shape))
+        off += int(np.prod(shape))
+    return Layout(tuple(offsets), off, num_tokens, num_sample, all_decode, pre_qmax)
+
+
+def pack(
+    batch,
+    scratch_block: int,
+    carry: np.ndarray | None,
+    carry_len: int,
+    pad_to: int | None = None,
+    width: int | None = None,
+) -> tuple[np.ndarray, Layout]:
+    """A scheduler Batch's inputs as one int64 array and its Layout.
+
+    pad_to: a decode-only batch padded to that many rows (a graph bucket); width: block-table
+    columns (the graph's fixed width; default the batch's longest table); carry: the scheduler's
+    carry-over index into this batch (-1 none), padded with -1 to carry_len. Padding rows write
+    and read the scratch block only.
+    """
+    bs = batch.block_size
+    q = batch.query_lens
+    b, t = len(q), int(batch.query_tokens)
+    tok_start = batch.cu_query_lens[:-1]
+    ctx = batch.context_lens
+    bt = batch.block_table_array(width, pad=scratch_block).astype(np.int64)
+    ids, positions, slots = batch.input_ids, batch.positions, batch.slot_mapping
+    logits_idx = batch.logits_indices
+    all_decode = t == b
+    carry_arr = np.full(carry_len, -1, dtype=np.int64)
+    if carry is not None and len(carry):
+        carry_arr[: len(carry)] = carry
+    if pad_to is not None:
+        if not all_decode or pad_to < b:
+            raise ValueError(f"pad_to={pad_to} needs a decode-only batch of at most that size")
+        pad = pad_to - b
+        ids = np.concatenate([ids, np.zeros(pad, np.int64)])
+        positions = np.concatenate([positions, np.zeros(pad, np.int64)])
+        slots = np.concatenate([slots, np.full(pad, scratch_block * bs, np.int64)])
+        logits_idx = np.concatenate([logits_idx, np.zeros(pad_to - len(logits_idx), np.int64)])
+        ctx = np.concatenate([ctx, np.ones(pad, np.int64)])
+        bt = np.concatenate([bt, np.full((pad, bt.shape[1]), scratch_block, np.int64)])
+        b = t = pad_to
+    parts = {
+        "input_ids": ids,
+        "positions": positions,
+        "slots": slots,
+        "logits_idx": logits_idx,
+        "carry": carry_arr,
+    }
+    pre_qmax = 0
+    if all_decode:
+        parts.update(dec_tok=np.arange(b, dtype=np.int64), dec_ctx=ctx, dec_bt=bt)
+    else:
+        is_dec = q == 1
+        dec, pre = np.flatnonzero(is_dec), np.flatnonzero(~is_dec)
+        pw = -(-int(ctx[pre].max()) // bs)
+        pre_qmax = int(q[pre].max())
+        parts.update(
+            dec_tok=tok_start[dec],
+            dec_ctx=ctx[dec],
+            dec_bt=bt[dec],
+            pre_tok=tok_start[pre],
+            pre_qlen=q[pre],
+            pre_start=batch.start_pos[pre],
+            pre_bt=bt[pre][:, :pw],
+        )
+    sizes = {k: v.shape for k, v in parts.items()}
+    layout = make_layout(
+        sizes,
+        num_tokens=t,
+        num_sample=int(batch.num_samples),
+        all_decode=all_decode,
+        pre_qmax=pre_qmax,
+    )
+    flat = np.concatenate(
+        [np.asarray(parts[k], dtype=np.int64).reshape(-1) for k in SECTIONS if k in parts]
+    )
+    return flat, layout
+
+
+def empty_decode_layout(pad_to: int, width: int, carry_len: int) -> Layout:
+    """The fixed layout of a decode batch padded to `pad_to` rows (what a graph is captured on)."""
+    sizes = {
+        "input_ids": (pad_to,),
+        "positions": (pad_to,),
+        "slots": (pad_to,),
+        "logits_idx": (pad_to,),
+        "carry": (carry_len,),
+        "dec_tok": (pad_to,),
+        "dec_ctx": (pad_to,),
+        "dec_bt": (pad_to, width),
+    }
+    return make_layout(sizes, num_tokens=pad_to, num_sample=pad_to, all_decode=True, pre_qmax=0)
+
+
+def dummy_decode(layout: Layout, scratch_block: int, block_size: int) -> np.ndarray:
+    """Inputs for `empty_decode_layout`: every row a padding row (graph warm-up and capture)."""
+    flat = np.zeros(layout.total, dtype=np.int64)
+    for name, off, shape in layout.offsets:
+        n = int(np.prod(shape))
+        if name == "slots":
+            flat[off : off + n] = scratch_block * block_size
+        elif name == "carry":
+            flat[off : off + n] = -1
+        elif name == "dec_tok":
+            flat[off : off + n] = np.arange(n)
+        elif name == "dec_ctx":
+            flat[off : off + n] = 1
+        elif name == "dec_bt":
+            flat[off : off + n] = scratch_block
+    return flat
+
+
+class IOSlot:
+    """One IO slot: pinned host + device input buffer, device + pinned host token outputs."""
+
+    def __init__(self, index: int, capacity: int, max_outputs: int, device: torch.device) -> None:
+        pin = device.type == "cuda"
+        self.index = index
+        self.capacity = capacity
+        self.host_in = torch.zeros(capacity, dtype=torch.int64, pin_memory=pin)
+        self.dev_in = torch.zeros(capacity, dtype=torch.int64, device=device)
+        self.dev_out = torch.zeros(max_outputs, dtype=torch.int64, device=device)
+        self.host_out = torch.zeros(max_outputs, dtype=torch.int64, pin_memory=pin)
+        self._host_np = self.host_in.numpy()
+        self.last_compute_done = None  # the event of the last forward that read dev_in
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            t.numel() * t.element_size()
+            for t in (self.host_in, self.dev_in, self.dev_out, self.host_out)
+        )
+
+    def write(self, flat: np.ndarray) -> None:
+        if flat.size > self.capacity:
+            raise RuntimeError(
+                f"step inputs of {flat.size} entries exceed the IO slot's "
+                f"{self.capacity}; raise the capacity estimate"
+            )
+        self._host_np[: flat.size] = flat
+
+
+def slot_capacity(max_tokens: int, max_requests: int, max_width: int) -> int:
+    """Entries an IO buffer needs for any step: 3 per token, 5 + width per request (+ carry)."""
+    return 3 * max_tokens + max_requests * (8 + max_width) + 16

@@ -1,0 +1,47 @@
+"""The paged KV cache's device memory: per layer one K and one V tensor of
+[num_blocks + 1, block_size, num_kv_heads, head_dim].
+
+Block ids 0..num_blocks-1 are the ones cbsim.kv_blocks hands out; the extra last block is scratch:
+padded rows of a graph-replayed batch write their K/V there and read it back, so padding never
+touches a live request's cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class PagedKVCache:
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.scratch_block = num_blocks
+        shape = (num_blocks + 1, block_size, num_kv_heads, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @property
+    def scratch_slot(self) -> int:
+        return self.scratch_block * self.block_size
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+    def write(
+        self, layer: int, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
+    ) -> None:
+        """Store key/value [T, Hkv, D] at flat slots (block * block_size + offset)."""
+        k = self.k[layer].view(-1, *self.k[layer].shape[2:])
+        v = self.v[layer].view(-1, *self.v[layer].shape[2:])
+        k.index_copy_(0, slot_mapping, key)
+        v.index_copy_(0, slot_mapping, value)

@@ -1,0 +1,118 @@
+"""The two batching loops, each in one function, in the order the brief draws them.
+
+sync:  schedule -> prepare -> launch (H2D, forward, D2H on one stream) -> wait -> update.
+async: schedule N+1 -> prepare N+1 in the other slot (its placeholders filled on the GPU by the
+       carry-over) -> launch N+1 on three streams -> wait for N's D2H (the one host block per
+       step) -> update N.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from cbsim.runtime.runner import ModelRunner
+from cbsim.runtime.streams import SlotEvents, Streams, launch
+from cbsim.runtime.tracing import Recorder, batch_args
+from cbsim.scheduler import Scheduler, carry_over_index
+from cbsim.trace import schema as S
+
+
+@dataclass
+class LoopState:
+    runner: ModelRunner
+    sched: Scheduler
+    rec: Recorder
+    streams: Streams
+    slot_events: SlotEvents | None
+    steps: int = 0
+    graph_steps: int = 0
+    generated: int = 0
+    host_wait_s: float = 0.0
+    host_phase_s: dict = field(default_factory=lambda: dict.fromkeys(S.HOST_PHASES, 0.0))
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.rec.t0
+
+    def schedule(self):
+        t0 = self.rec.now()
+        batch = self.sched.schedule(t0 - self.rec.t0)
+        t1 = self.rec.now()
+        if batch is not None:
+            args = batch_args(batch, -1)
+            self.rec.host(S.SCHEDULE, t0, t1, args)
+            self.rec.counters(t1, self.sched.counters())
+            self.host_phase_s[S.SCHEDULE] += t1 - t0
+        return batch
+
+    def prepare_and_launch(self, batch, slot_index: int, carry):
+        rec = self.rec
+        args = batch_args(batch, slot_index)
+        t0 = rec.now()
+        plan = self.runner.plan(batch, self.runner.slots[slot_index], carry)
+        t1 = rec.now()
+        done = launch(self.runner, plan, self.streams, rec, self.slot_events)
+        t2 = rec.now()
+        rec.host(S.PREPARE, t0, t1, args)
+        rec.host(S.LAUNCH, t1, t2, args)
+        self.host_phase_s[S.PREPARE] += t1 - t0
+        self.host_phase_s[S.LAUNCH] += t2 - t1
+        self.steps += 1
+        self.graph_steps += plan.bucket is not None
+        return plan, done
+
+    def wait_and_update(self, plan, done) -> None:
+        rec, batch = self.rec, plan.batch
+        args = batch_args(batch, plan.slot.index)
+        t0 = rec.now()
+        if done is not None:
+            done.synchronize()
+        t1 = rec.now()
+        tokens = self.runner.tokens(plan)
+        finished = self.sched.update(batch, tokens)
+        t2 = rec.now()
+        rec.host(S.WAIT, t0, t1, args)
+        rec.host(S.UPDATE, t1, t2, args)
+        self.host_phase_s[S.WAIT] += t1 - t0
+        self.host_phase_s[S.UPDATE] += t2 - t1
+        self.generated += len(tokens)
+        if rec.enabled:
+            for rid in self.sched.last_first_token_rids:
+                rec.request(S.FIRST_TOKEN, t2, rid)
+            for rid in finished:
+                rec.request(S.FINISH, t2, rid, tokens=self.sched.request(rid).num_outputs)
+
+    def idle(self) -> None:
+        """Nothing can run and nothing is in flight: sleep until the next request arrives."""
+        gap = self.sched.next_arrival_s() - self.elapsed()
+        if gap > 0:
+            time.sleep(min(gap, 0.05))
+
+
+def run_sync(s: LoopState) -> None:
+    """The baseline: the host waits for every step."""
+    while s.sched.has_unfinished():
+        batch = s.schedule()
+        if batch is None:
+            s.idle()
+            continue
+        plan, done = s.prepare_and_launch(batch, 0, None)
+        s.wait_and_update(plan, done)
+
+
+def run_async(s: LoopState) -> None:
+    """Batch N+1 is prepared and enqueued while the GPU runs batch N; one host block per step."""
+    inflight = None  # (plan, d2h_done) of batch N
+    k = 0  # batches launched; batch k uses slot k % 2
+    while s.sched.has_unfinished():
+        batch = s.schedule()
+        launched = None
+        if batch is not None:
+            carry = carry_over_index(inflight[0].batch, batch) if inflight else None
+            launched = s.prepare_and_launch(batch, k % 2, carry)
+            k += 1
+        if inflight is not None:
+            s.wait_and_update(*inflight)
+        elif launched is None:
+            s.idle()
+        inflight = launched

@@ -1,0 +1,210 @@
+"""The model runner: owns the device side (model, paged KV cache, IO slots, CUDA graphs).
+
+One step's device work is `step_body`: the in-graph token carry-over, the forward over packed
+varlen input ([1, T] ids and positions, logits only at sampled positions) and greedy sampling into
+the slot's output buffer. Decode-only batches up to the largest graph bucket replay a graph
+captured per (slot, bucket); all graphs share one memory pool, so two slots cost about one.
+Everything else runs the same body eagerly. The runner issues work on the current stream; the
+engines choose the streams and the events between them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from cbsim.config.schema import CbsimConfig
+from cbsim.runtime.attention import AttnMeta, load_decode_kernel
+from cbsim.runtime.io_slots import (
+    IOSlot,
+    Layout,
+    dummy_decode,
+    empty_decode_layout,
+    pack,
+    slot_capacity,
+)
+from cbsim.runtime.kv_cache import PagedKVCache
+from cbsim.runtime.model import DTYPES, build_model, model_shape
+
+
+@dataclass
+class StepPlan:
+    """What the host prepared for one step: the slot, the layout and the graph bucket (or None)."""
+
+    batch: object  # cbsim.scheduler.Batch
+    slot: IOSlot
+    layout: Layout
+    bucket: int | None
+    num_entries: int
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        config: CbsimConfig,
+        device: torch.device,
+        *,
+        num_kv_blocks: int,
+        max_context: int,
+        num_slots: int,
+        carry_over: bool,
+        graphs: bool,
+    ) -> None:
+        w = config.workload
+        self.device = device
+        self.model = build_model(config.model, device, seed=w.seed)
+        self.shape = model_shape(self.model)
+        s = self.shape
+        dtype = DTYPES[config.model.dtype] if not config.model.path else self.model.dtype
+        self.cache = PagedKVCache(
+            s["num_layers"],
+            num_kv_blocks,
+            w.kv_block_size,
+            s["num_kv_heads"],
+            s["head_dim"],
+            dtype,
+            device,
+        )
+        self.decode_kernel = load_decode_kernel(config.mode.attention, device)
+        self.block_size = w.kv_block_size
+        # graph buckets: the configured sizes up to the first that holds a full batch
+        sizes = sorted(set(config.engine.graph_batch_sizes))
+        cut = bisect.bisect_left(sizes, w.batch_size)
+        self.buckets = sizes[: cut + 1] if graphs and device.type == "cuda" else []
+        biggest = max(self.buckets, default=0)
+        self.max_outputs = max(w.batch_size, biggest)
+        # graph layouts use the widest block table any request can need
+        self.graph_width = max(1, -(-max_context // self.block_size))
+        self.carry_len = self.max_outputs if carry_over else 0
+        cap = slot_capacity(max(w.max_batch_tokens, biggest), self.max_outputs, self.graph_width)
+        self.slots = [IOSlot(i, cap, self.max_outputs, device) for i in range(num_slots)]
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.graph_layouts = {
+            b: empty_decode_layout(b, self.graph_width, self.carry_len) for b in self.buckets
+        }
+        self.pool = None
+        self.memory = {
+            "kv_cache_bytes": self.cache.nbytes,
+            "io_buffer_bytes": sum(sl.nbytes for sl in self.slots),
+            "io_slot_bytes": self.slots[0].nbytes,
+            "graph_pool_bytes": 0,
+            "graph_pool_bytes_single_slot": 0,
+        }
+        self._no_logits = torch.empty(0, dtype=torch.int64, device=device)
+
+    # ------------------------------------------------------------------ host side
+
+    def prev_out(self, slot: IOSlot) -> torch.Tensor:
+        """The other slot's output buffer: batch N+1 reads batch N's sampled tokens from it."""
+        return self.slots[(slot.index + 1) % len(self.slots)].dev_out
+
+    def plan(self, batch, slot: IOSlot, carry: np.ndarray | None) -> StepPlan:
+        """Pack the batch into the slot's pinned buffer (the host's "prepare" phase)."""
+        bucket = None
+        if self.buckets and batch.query_tokens == len(batch) and len(batch) <= self.buckets[-1]:
+            bucket = self.buckets[bisect.bisect_left(self.buckets, len(batch))]
+        if bucket is not None:
+            flat, layout = pack(
+                batch,
+                self.cache.scratch_block,
+                carry,
+                self.carry_len,
+                pad_to=bucket,
+                width=self.graph_width,
+            )
+        else:
+            flat, layout = pack(batch, self.cache.scratch_block, carry, self.carry_len)
+        slot.write(flat)
+        return StepPlan(batch, slot, layout, bucket, flat.size)
+
+    # ------------------------------------------------------------------ device side
+
+    def copy_in(self, plan: StepPlan) -> None:
+        n = plan.num_entries
+        plan.slot.dev_in[:n].copy_(plan.slot.host_in[:n], non_blocking=True)
+
+    def copy_out(self, plan: StepPlan) -> None:
+        n = plan.layout.num_sample
+        plan.slot.host_out[:n].copy_(plan.slot.dev_out[:n], non_blocking=True)
+
+    def tokens(self, plan: StepPlan) -> np.ndarray:
+        return plan.slot.host_out[: plan.layout.num_sample].numpy()
+
+    def compute(self, plan: StepPlan) -> None:
+        """Replay the slot's graph for the bucket, or run the step eagerly."""
+        if plan.bucket is not None:
+            self.graphs[(plan.slot.index, plan.bucket)].replay()
+        else:
+            self.step_body(plan.slot, plan.layout)
+
+    @torch.inference_mode()
+    def step_body(self, slot: IOSlot, layout: Layout) -> None:
+        v = layout.views(slot.dev_in)
+        ids = v["input_ids"]
+        carry = v["carry"]
+        if carry is not None:
+            # token carry-over: placeholders (0) += the previous batch's sampled tokens
+            prev = self.prev_out(slot)[: carry.numel()]
+            ids.scatter_add_(0, carry.clamp(min=0), torch.where(carry >= 0, prev, 0))
+        meta = AttnMeta(
+            cache=self.cache,
+            num_tokens=layout.num_tokens,
+            slot_mapping=v["slots"],
+            dec_tok=v["dec_tok"],
+            dec_bt=v["dec_bt"],
+            dec_ctx=v["dec_ctx"],
+            all_decode=layout.all_decode,
+            pre_tok=v["pre_tok"],
+            pre_qlen=v["pre_qlen"],
+            pre_start=v["pre_start"],
+            pre_bt=v["pre_bt"],
+            pre_qmax=layout.pre_qmax,
+            decode_kernel=self.decode_kernel,
+        )
+        meta.derive()
+        keep = v["logits_idx"] if v["logits_idx"] is not None else self._no_logits
+        logits = self.model(
+            input_ids=ids[None],
+            position_ids=v["positions"][None],
+            logits_to_keep=keep,
+            cbsim_meta=meta,
+            use_cache=False,
+        ).logits[0]
+        if logits.shape[0]:
+            slot.dev_out[: logits.shape[0]].copy_(logits.argmax(-1))
+
+    def capture_graphs(self, stream: torch.cuda.Stream) -> None:
+        """Warm each bucket up eagerly, then capture every (slot, bucket) into one shared pool,
+        largest bucket first; records the pool's bytes after the first slot and after all."""
+        if not self.buckets:
+            return
+        order = sorted(self.buckets, reverse=True)
+        with torch.cuda.stream(stream):
+            for b in order:  # warm-up: Triton compiles, cuBLAS picks its kernels
+                for slot in self.slots:
+                    self._load_dummy(slot, b)
+                    self.step_body(slot, self.graph_layouts[b])
+        torch.cuda.synchronize()
+        self.pool = torch.cuda.graph_pool_handle()
+        base = torch.cuda.memory_reserved(self.device)
+        for slot in self.slots:
+            for b in order:
+                self._load_dummy(slot, b)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.pool, stream=stream):
+                    self.step_body(slot, self.graph_layouts[b])
+                self.graphs[(slot.index, b)] = g
+            torch.cuda.synchronize()
+            used = torch.cuda.memory_reserved(self.device) - base
+            if slot.index == 0:
+                self.memory["graph_pool_bytes_single_slot"] = used
+            self.memory["graph_pool_bytes"] = used
+        self.memory["graphs"] = len(self.graphs)
+
+    def _load_dummy(self, slot: IOSlot, bucket: int) -> None:
+        layout = self.graph_layouts[bucket]
+        flat = dummy_decode(layout, self.cache.scratch_block, self.block_size)
+        slot.dev_in[: flat.size].copy_(torch.from_numpy(flat).to(self.device))
