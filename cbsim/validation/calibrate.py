@@ -1,0 +1,317 @@
+"""Fit the simulator's cost model (cbsim/costs.py) to recorded traces.
+
+Every fitted number is a HardwareConfig field, and every prediction goes through the simulator's
+own ``CostModel``, so plugging the profile back in reproduces what was fitted:
+
+- forward pass (compute-lane ``forward`` / ``graph_replay`` spans): ``CostModel.forward`` is a sum
+  of rooflines (linear layers, LM head, attention) plus ``forward_fixed_us`` and a gap per kernel;
+  its efficiencies, the fixed cost and the kernel gaps are fitted by bounded Levenberg-Marquardt
+  on relative residuals;
+- copies: ``copy_latency_us + bytes / bandwidth`` (h2d and d2h share the latency);
+- host phases: ``fixed + per_request x requests + per_token x tokens`` (tokens: query tokens for
+  schedule and prepare, sampled tokens for update, as the simulator charges them);
+- launch: one ``graph_launch_us`` (or ``kernel_launch_us`` per kernel) plus the copy and event
+  enqueues; wait: ``sync_wake_us`` after the awaited D2H ends, ``event_us`` when nothing is
+  pending; carry-over: its span.
+
+A term the traces cannot tell apart from others (collinear, or too small to see) keeps the base
+profile's value and the table says "kept".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cbsim.config.schema import HardwareConfig
+from cbsim.costs import CostModel
+from cbsim.trace import schema as S
+from cbsim.validation.fit import Fit, curve_fit, linear_fit
+from cbsim.validation.traces import Recorded, forward_steps, gpu_lane, samples_by_step
+
+# what SimEngine.launch enqueues per step besides the forward: two copies (H2D, D2H) and five
+# event operations (record h2d_done, wait on it, record compute_done, wait on it, record d2h_done)
+LAUNCH_COPIES, LAUNCH_EVENT_OPS = 2, 5
+# forward steps used per trace (evenly spaced; every non-decode step is kept up to this too)
+MAX_FORWARD_SAMPLES = 240
+EFFS = ("gemm_bandwidth_eff", "attention_bandwidth_eff", "gemm_flops_eff", "attention_flops_eff")
+# in this order: with one kernel count per step kind, the graph gap is collinear with the fixed
+# cost and the carry-over, so it keeps its prior (the kernel gaps show in a Kineto trace, not here)
+GPU_US = ("forward_fixed_us", "carry_over_us", "eager_kernel_gap_us", "graph_node_gap_us")
+
+
+@dataclass
+class Row:
+    """One line of the residuals table: a group of terms fitted on the same spans."""
+
+    what: str
+    samples: int
+    fit: Fit
+    prior: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "samples": self.samples,
+            "rms_pct": self.fit.rms_pct,
+            "max_pct": self.fit.max_pct,
+            "terms": {
+                k: {"value": v, "prior": self.prior.get(k), "fitted": self.fit.fitted[k]}
+                for k, v in self.fit.values.items()
+            },
+        }
+
+
+@dataclass
+class Calibration:
+    hardware: HardwareConfig
+    rows: list[Row] = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)
+
+    def table(self) -> str:
+        lines = [f"{'spans':<22}{'n':>6}{'rms %':>8}{'max %':>8}  terms (fitted | kept=prior)"]
+        for r in self.rows:
+            terms = ", ".join(
+                f"{k}={_fmt(v)}" + ("" if r.fit.fitted[k] else " (kept)")
+                for k, v in r.fit.values.items()
+            )
+            lines.append(
+                f"{r.what:<22}{r.samples:>6}{r.fit.rms_pct:>8.2f}{r.fit.max_pct:>8.2f}  {terms}"
+            )
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "traces": self.traces,
+            "rows": [r.as_dict() for r in self.rows],
+            "hardware": dataclasses.asdict(self.hardware),
+        }
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def calibrate(recs: list[Recorded], base: HardwareConfig, name: str | None = None) -> Calibration:
+    """Fit every term the traces determine, starting from (and falling back to) ``base``."""
+    hw = dataclasses.replace(
+        base, host=dataclasses.replace(base.host), gpu=dataclasses.replace(base.gpu)
+    )
+    if name:
+        hw.name = name
+    cal = Calibration(hw, traces=[str(r.path) for r in recs])
+    fit_forward(recs, cal)
+    fit_copies(recs, cal)
+    fit_host_phases(recs, cal)
+    fit_wait_launch(recs, cal)
+    return cal
+
+
+# ---- forward ---------------------------------------------------------------------------------
+class StepShape:
+    """What CostModel.forward reads from a scheduler Batch, rebuilt from a span's args (requests
+    share the query and KV tokens evenly: exact for decode, an approximation for mixed steps)."""
+
+    def __init__(self, requests: int, query_tokens: int, kv_tokens: int, samples: int, kind: str):
+        self.n = requests
+        self.query_tokens, self.kv_tokens, self.num_samples = query_tokens, kv_tokens, samples
+        self.kind = kind
+        self.query_lens = _even(query_tokens, requests)
+        self.context_lens = _even(kv_tokens, requests)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _even(total: int, n: int) -> np.ndarray:
+    base = np.full(n, total // n, dtype=np.int64)
+    base[: total - base.sum()] += 1
+    return base
+
+
+def _forward_samples(rec: Recorded) -> pd.DataFrame:
+    """Decode and prefill steps (a mixed step's per-request split is not in the trace, and the
+    attention FLOPs depend on it), evenly spaced over the run."""
+    fwd = forward_steps(rec).sort_values("step")
+    fwd = fwd[fwd.kind.isin(("decode", "prefill"))]
+    if len(fwd) > MAX_FORWARD_SAMPLES:
+        other = fwd[fwd.kind != "decode"].head(MAX_FORWARD_SAMPLES // 4)
+        dec = fwd[fwd.kind == "decode"]
+        idx = np.linspace(0, len(dec) - 1, MAX_FORWARD_SAMPLES - len(other)).round().astype(int)
+        fwd = pd.concat([other, dec.iloc[np.unique(idx)]])
+    return fwd
+
+
+def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
+    data = []
+    for rec in recs:
+        fwd = _forward_samples(rec)
+        shapes = [
+            (
+                StepShape(
+                    int(r.requests),
+                    int(r.query_tokens),
+                    int(r.kv_tokens),
+                    int(r.new_tokens),
+                    r.kind,
+                ),
+                bool(r.graph),
+                bool(r.carry),
+                bool(r.carry_span),
+            )
+            for r in fwd.itertuples()
+        ]
+        if shapes:
+            data.append((rec, shapes, fwd.dur.to_numpy()))
+    if not data:
+        return
+    hw = cal.hardware
+    names = [*EFFS, *GPU_US]
+    # efficiencies are fitted as their inverse (time per unit of work is linear in it)
+    theta0 = [1.0 / getattr(hw.gpu, k) for k in EFFS] + [getattr(hw.gpu, k) for k in GPU_US]
+    lower = [1.0] * len(EFFS) + [0.0] * len(GPU_US)
+    upper = [1e3] * len(EFFS) + [1e6] * len(GPU_US)
+
+    def gpu_of(theta: np.ndarray):
+        vals = {k: 1.0 / theta[i] for i, k in enumerate(EFFS)}
+        vals.update({k: float(theta[len(EFFS) + i]) for i, k in enumerate(GPU_US)})
+        return dataclasses.replace(hw.gpu, **vals)
+
+    def model(theta: np.ndarray) -> np.ndarray:
+        g = gpu_of(theta)
+        out = []
+        for rec, shapes, _ in data:
+            cfg = dataclasses.replace(rec.config, hardware=dataclasses.replace(hw, gpu=g))
+            cm = CostModel(cfg)
+            for shape, graph, carry, own_span in shapes:
+                padded = cm.graph_size(len(shape)) if graph else None
+                f = cm.forward(shape, graph=graph, carry_over=carry, padded_requests=padded)
+                out.append(f.total_us - (f.carry_over_us if own_span else 0.0))
+        return np.asarray(out)
+
+    y = np.concatenate([d[2] for d in data])
+    prior = dict(zip(names, [getattr(hw.gpu, k) for k in names]))
+    fit = curve_fit(model, y, theta0, names, lower, upper)
+    hw.gpu = gpu_of(np.array([fit.values[k] for k in names]))
+    fit.values = {k: getattr(hw.gpu, k) for k in names}
+    cal.rows.append(Row("forward", len(y), fit, prior))
+
+    carry = pd.concat(
+        [
+            r.spans[(r.spans.lane == gpu_lane(r.spans)) & (r.spans.name == S.CARRY_OVER)]
+            for r in recs
+        ]
+    )
+    if len(carry):
+        _set_median(cal, "carry_over", carry.dur.to_numpy(), hw.gpu, "carry_over_us")
+
+
+def _set_median(
+    cal: Calibration,
+    what: str,
+    y: np.ndarray,
+    obj: Any,
+    attr: str,
+    offset: float = 0.0,
+    per: float = 1.0,
+) -> None:
+    """obj.attr = (median(y) - offset) / per: a term that is one constant per span."""
+    prior = getattr(obj, attr)
+    value = max((float(np.median(y)) - offset) / per, 0.0)
+    setattr(obj, attr, value)
+    res = (value * per + offset - y) / np.maximum(y, 1e-9)
+    cal.rows.append(Row(what, len(y), Fit({attr: value}, {attr: True}, res), {attr: prior}))
+
+
+# ---- copies ----------------------------------------------------------------------------------
+def fit_copies(recs: list[Recorded], cal: Calibration) -> None:
+    hw = cal.hardware
+    rows = []
+    for rec in recs:
+        sp = rec.spans
+        for name in (S.COPY_H2D, S.COPY_D2H):
+            c = sp[(sp.name == name) & sp["bytes"].notna()]
+            rows += [(name, float(b), float(d)) for b, d in zip(c["bytes"], c.dur)]
+    if not rows:
+        return
+    kind = np.array([r[0] for r in rows])
+    nbytes = np.array([r[1] for r in rows])
+    X = np.column_stack(
+        [np.ones(len(rows)), nbytes * (kind == S.COPY_H2D), nbytes * (kind == S.COPY_D2H)]
+    )
+    names = ["copy_latency_us", "us_per_byte_h2d", "us_per_byte_d2h"]
+    prior = [hw.copy_latency_us, 1e6 / hw.h2d_bandwidth, 1e6 / hw.d2h_bandwidth]
+    # a bandwidth term under 1% of the copy time at the prior bandwidth cannot be measured
+    fit = linear_fit(X, np.array([r[2] for r in rows]), names, prior, min_share=0.01)
+    hw.copy_latency_us = fit.values["copy_latency_us"]
+    if fit.values["us_per_byte_h2d"] > 0:
+        hw.h2d_bandwidth = 1e6 / fit.values["us_per_byte_h2d"]
+    if fit.values["us_per_byte_d2h"] > 0:
+        hw.d2h_bandwidth = 1e6 / fit.values["us_per_byte_d2h"]
+    cal.rows.append(Row("copies", len(rows), fit, dict(zip(names, prior))))
+
+
+# ---- host ------------------------------------------------------------------------------------
+def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
+    host = cal.hardware.host
+    for phase in (S.SCHEDULE, S.PREPARE, S.UPDATE):
+        parts = []
+        for rec in recs:
+            sp = rec.spans
+            p = sp[(sp.lane == S.HOST) & (sp.name == phase)]
+            if phase == S.UPDATE:
+                tokens = p.step.map(samples_by_step(rec)).fillna(0).to_numpy()
+            else:
+                tokens = p.query_tokens.to_numpy()
+            parts.append(np.column_stack([p.requests.to_numpy(), tokens, p.dur.to_numpy()]))
+        data = np.concatenate(parts) if parts else np.empty((0, 3))
+        data = data[data[:, 2] > 0]
+        if not len(data):
+            continue
+        cost = getattr(host, phase)
+        names = ["fixed_us", "per_request_us", "per_token_us"]
+        prior = [getattr(cost, k) for k in names]
+        X = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
+        fit = linear_fit(X, data[:, 2], names, prior)
+        setattr(host, phase, dataclasses.replace(cost, **fit.values))
+        cal.rows.append(Row(phase, len(data), fit, dict(zip(names, prior))))
+
+
+def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
+    """Wake-up after a blocking wait, a non-blocking wait's cost, then the launch body."""
+    host = cal.hardware.host
+    wake, quick, graph_launch, eager_launch = [], [], [], []
+    for rec in recs:
+        sp = rec.spans
+        d2h_end = sp[sp.name == S.COPY_D2H].groupby("step")["end"].max()
+        waits = sp[(sp.lane == S.HOST) & (sp.name == S.WAIT)]
+        done = waits.step.map(d2h_end).to_numpy()
+        blocked = done > waits.ts.to_numpy() + 1e-6
+        wake += list((waits.end.to_numpy() - done)[blocked])
+        quick += list(waits.dur.to_numpy()[~blocked & ~np.isnan(done)])
+        fwd = forward_steps(rec).drop_duplicates("step").set_index("step")
+        launches = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH) & sp.step.isin(fwd.index)]
+        cm = CostModel(rec.config)
+        for step, dur in zip(launches.step, launches.dur):
+            if fwd.at[step, "graph"]:
+                graph_launch.append(dur)
+            else:
+                eager_launch.append((dur, cm.kernels + bool(fwd.at[step, "carry"])))
+    if quick:
+        _set_median(cal, "wait (not blocked)", np.array(quick), host, "event_us")
+    if wake:
+        _set_median(cal, "wait (blocked): wake", np.array(wake), host, "sync_wake_us")
+    enqueue = LAUNCH_COPIES * host.copy_launch_us + LAUNCH_EVENT_OPS * host.event_us
+    if graph_launch:
+        _set_median(
+            cal, "launch (graph)", np.array(graph_launch), host, "graph_launch_us", offset=enqueue
+        )
+    if eager_launch:
+        dur, kernels = np.array(eager_launch).T
+        _set_median(
+            cal, "launch (eager, /kernel)", (dur - enqueue) / kernels, host, "kernel_launch_us"
+        )

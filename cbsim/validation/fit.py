@@ -1,0 +1,200 @@
+"""Least squares that a performance engineer can trust: identifiable terms are fitted, the rest
+keep their prior (the base profile's value) and say so.
+
+Two tools, both numpy only:
+
+- ``linear_fit``: y = X @ b with b >= 0, where a column that the data cannot tell apart from the
+  columns before it (exactly or nearly collinear, or too small to matter) keeps its prior value
+  and only the others are fitted, to y minus the kept terms;
+- ``curve_fit``: a bounded Levenberg-Marquardt on a black-box model (the simulator's own cost
+  model), with the same rule for parameters the data does not constrain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# a column whose part not explained by the columns before it is below this share of its norm
+# carries no information of its own
+COLLINEAR_TOL = 1e-4
+
+
+@dataclass
+class Fit:
+    """Fitted values by name, which of them were fitted (vs kept), and the relative residuals."""
+
+    values: dict[str, float]
+    fitted: dict[str, bool]
+    residuals: np.ndarray  # (predicted - observed) / observed, per sample
+
+    @property
+    def rms_pct(self) -> float:
+        r = self.residuals
+        return float(np.sqrt(np.mean(r**2)) * 100) if len(r) else float("nan")
+
+    @property
+    def max_pct(self) -> float:
+        return float(np.max(np.abs(self.residuals)) * 100) if len(self.residuals) else float("nan")
+
+
+def independent_columns(X: np.ndarray, tol: float = COLLINEAR_TOL) -> list[int]:
+    """Greedy, in column order: keep a column if it is not (nearly) in the span of those kept."""
+    keep: list[int] = []
+    for j in range(X.shape[1]):
+        col = X[:, j]
+        norm = np.linalg.norm(col)
+        if norm == 0 or not np.isfinite(norm):
+            continue
+        if keep:
+            basis = X[:, keep]
+            coef, *_ = np.linalg.lstsq(basis, col, rcond=None)
+            rest = np.linalg.norm(col - basis @ coef)
+        else:
+            rest = norm
+        if rest > tol * norm:
+            keep.append(j)
+    return keep
+
+
+def nnls(A: np.ndarray, b: np.ndarray, iters: int = 200) -> np.ndarray:
+    """Non-negative least squares (Lawson-Hanson active set), small problems only."""
+    n = A.shape[1]
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    w = A.T @ (b - A @ x)
+    for _ in range(iters):
+        if passive.all() or w[~passive].max(initial=0) <= 1e-12 * max(1.0, np.abs(w).max()):
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(A[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            bad = passive & (z <= 0)
+            alpha = np.min(x[bad] / (x[bad] - z[bad]))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-15
+        w = A.T @ (b - A @ x)
+    return x
+
+
+def linear_fit(
+    X: np.ndarray,
+    y: np.ndarray,
+    names: Sequence[str],
+    prior: Sequence[float],
+    min_share: float = 1e-3,
+) -> Fit:
+    """Fit y ~ X @ b, b >= 0, by relative least squares (each sample weighted by 1/y).
+
+    Columns are taken in the given order (put the best-determined term first, e.g. the fixed
+    cost); a column that is collinear with earlier ones, or whose contribution at the prior is
+    below ``min_share`` of y, keeps its prior value.
+    """
+    X, y = np.asarray(X, float), np.asarray(y, float)
+    prior = np.asarray(prior, float)
+    w = 1.0 / np.maximum(np.abs(y), 1e-9)
+    Xw = X * w[:, None]
+    scale = np.linalg.norm(Xw, axis=0)
+    # a term too small to see at its prior value (e.g. a bandwidth term of tiny copies) is kept;
+    # an all-zero prior (a term the base profile says nothing about) is judged by the data alone
+    visible = [
+        j
+        for j in range(X.shape[1])
+        if scale[j] > 0 and (prior[j] == 0 or np.max(np.abs(X[:, j] * prior[j] * w)) >= min_share)
+    ]
+    cols = [visible[k] for k in independent_columns(Xw[:, visible] / scale[visible])]
+    b = prior.copy()
+    kept = [j for j in range(X.shape[1]) if j not in cols]
+    target = y - X[:, kept] @ prior[kept]
+    if cols:
+        b[cols] = nnls(Xw[:, cols], target * w)
+    res = (X @ b - y) / np.maximum(np.abs(y), 1e-9)
+    return Fit(
+        {n: float(v) for n, v in zip(names, b)}, {n: j in cols for j, n in enumerate(names)}, res
+    )
+
+
+def curve_fit(
+    model: Callable[[np.ndarray], np.ndarray],
+    y: np.ndarray,
+    theta0: Sequence[float],
+    names: Sequence[str],
+    lower: Sequence[float],
+    upper: Sequence[float],
+    iters: int = 40,
+    rel_step: float = 1e-6,
+) -> Fit:
+    """Bounded Gauss-Newton on relative residuals (model(theta) - y) / y.
+
+    Made for piecewise-linear models such as a sum of rooflines: within one assignment of
+    rooflines to their bound (compute or memory) the model is linear, so each step solves the
+    linearised problem exactly (bounded least squares) and the loop ends when no roofline
+    changes side. The Jacobian is by finite differences; a parameter whose column is (nearly)
+    collinear with earlier ones (see ``independent_columns``) keeps its start value.
+    """
+    y = np.asarray(y, float)
+    w = 1.0 / np.maximum(np.abs(y), 1e-9)
+    theta = np.asarray(theta0, float).copy()
+    lo, hi = np.asarray(lower, float), np.asarray(upper, float)
+
+    def jac(t: np.ndarray, m0: np.ndarray) -> np.ndarray:
+        J = np.empty((len(y), len(t)))
+        for j in range(len(t)):
+            h = rel_step * max(abs(t[j]), 1.0)
+            tj = t.copy()
+            tj[j] = t[j] + h if t[j] + h <= hi[j] else t[j] - h
+            J[:, j] = (model(tj) - m0) / (tj[j] - t[j])
+        return J
+
+    m = model(theta)
+    best = (float(np.sum(((m - y) * w) ** 2)), theta.copy(), m)
+    free: list[int] = []
+    for _ in range(iters):
+        J = jac(theta, m)
+        Jw = J * w[:, None]
+        norms = np.linalg.norm(Jw, axis=0)
+        free = [j for j in independent_columns(Jw / np.maximum(norms, 1e-300))]
+        target = y - m + J @ theta
+        new = _bounded_lstsq(Jw, target * w, theta, free, lo, hi)
+        m_new = model(new)
+        cost = float(np.sum(((m_new - y) * w) ** 2))
+        if cost < best[0]:
+            best = (cost, new.copy(), m_new)
+        moved = np.max(np.abs(new - theta) / np.maximum(np.abs(theta), 1e-9))
+        theta, m = new, m_new
+        if moved < 1e-10:
+            break
+    _, theta, m = best
+    return Fit(
+        {n: float(v) for n, v in zip(names, theta)},
+        {n: j in free for j, n in enumerate(names)},
+        (m - y) * w,
+    )
+
+
+def _bounded_lstsq(
+    A: np.ndarray, b: np.ndarray, theta: np.ndarray, free: list[int], lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """min |A x - b| over the free entries of x within [lo, hi]; the others stay as in theta.
+    Non-negative least squares on x - lo; an entry that lands above hi is pinned there and the
+    rest solved again."""
+    x = theta.copy()
+    free = list(free)
+    while free:
+        fixed = [j for j in range(len(x)) if j not in free]
+        rhs = b - A[:, fixed] @ x[fixed] - A[:, free] @ lo[free]
+        x[free] = lo[free] + nnls(A[:, free], rhs)
+        over = [j for j in free if x[j] > hi[j]]
+        if not over:
+            break
+        for j in over:
+            x[j] = hi[j]
+            free.remove(j)
+    return x

@@ -1,0 +1,164 @@
+"""Recorded traces as calibration data: where they are, the config each ran with, and per-step
+tables of what each lane did."""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+import cbsim
+from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.schema import HardwareConfig
+from cbsim.trace import Trace, TraceError, read_trace
+from cbsim.trace import schema as S
+
+# the repository (or installed package parent): relative trace paths are tried against it too
+REPO = Path(cbsim.__file__).resolve().parents[1]
+ARG_COLUMNS = (
+    "step",
+    "slot",
+    "requests",
+    "query_tokens",
+    "kv_tokens",
+    "kind",
+    "new_tokens",
+    "bytes",
+    "carry_over_us",
+)
+
+
+def resolve_traces(patterns: list[str]) -> list[Path]:
+    """Paths or globs, relative to the working directory or else to the repository root."""
+    out: list[Path] = []
+    for pattern in patterns:
+        found: list[str] = []
+        for base in (Path.cwd(), REPO):
+            p = Path(os.path.expanduser(pattern))
+            full = p if p.is_absolute() else base / p
+            found = sorted(glob.glob(str(full), recursive=True))
+            if found:
+                break
+        if not found:
+            raise ConfigError(
+                f"trace={pattern!r}: no such file (tried relative to {Path.cwd()} and {REPO}); "
+                "pass trace=[path,...] with paths or globs"
+            )
+        out.extend(Path(f) for f in found if Path(f) not in out)
+    return out
+
+
+@dataclass
+class Recorded:
+    """One trace and the config it ran with."""
+
+    path: Path
+    trace: Trace
+
+    @property
+    def name(self) -> str:
+        n = self.path.name
+        for suffix in (".gz", ".json"):
+            n = n.removesuffix(suffix)
+        parent = self.path.parent.name
+        return f"{parent}/{n}" if parent else n
+
+    @property
+    def engine(self) -> str:
+        return self.trace.engine or self.config.engine.name
+
+    @cached_property
+    def config(self) -> CbsimConfig:
+        return config_of(self.trace, str(self.path))
+
+    @cached_property
+    def spans(self) -> pd.DataFrame:
+        return span_table(self.trace)
+
+
+def load(paths: list[Path]) -> list[Recorded]:
+    out = []
+    for p in paths:
+        try:
+            out.append(Recorded(p, read_trace(p)))
+        except TraceError as exc:
+            raise ConfigError(f"trace {p}: {exc}") from None
+    return out
+
+
+def config_of(trace: Trace, where: str = "trace") -> CbsimConfig:
+    """The run config a trace recorded in otherData.config, as typed objects."""
+    raw = trace.other_data.get("config")
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{where}: otherData.config is missing; it is needed to re-simulate "
+            "the run (traces written by python -m cbsim carry it)"
+        )
+    raw = {k: v for k, v in raw.items() if k != "hydra"}
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(CbsimConfig), raw)
+        obj = OmegaConf.to_object(merged)
+    except (OmegaConfBaseException, ConfigError) as exc:
+        raise ConfigError(f"{where}: otherData.config does not fit the schema ({exc})") from None
+    return obj
+
+
+def hardware_from(data: dict[str, Any]) -> HardwareConfig:
+    """A HardwareConfig from a profile's dict (a YAML file's content, defaults list dropped)."""
+    data = {k: v for k, v in data.items() if k != "defaults"}
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(HardwareConfig), data))
+    except (OmegaConfBaseException, ConfigError) as exc:
+        raise ConfigError(f"hardware profile does not fit the schema ({exc})") from None
+
+
+def span_table(trace: Trace) -> pd.DataFrame:
+    """One row per span with every standard arg plus ``new_tokens`` and ``bytes``."""
+    lane_of = trace.lane_of
+    rows = []
+    for e in trace.events:
+        if e.get("ph") != "X":
+            continue
+        a = e.get("args", {})
+        rows.append(
+            (
+                lane_of.get((e["pid"], e["tid"]), "?"),
+                e["name"],
+                float(e["ts"]),
+                float(e["dur"]),
+                *(a.get(k, d) for k, d in zip(ARG_COLUMNS, (-1, -1, 0, 0, 0, "", 0, None, None))),
+            )
+        )
+    df = pd.DataFrame(rows, columns=["lane", "name", "ts", "dur", *ARG_COLUMNS])
+    df["end"] = df["ts"] + df["dur"]
+    return df
+
+
+def gpu_lane(spans: pd.DataFrame) -> str:
+    has_compute = (spans.lane == S.COMPUTE).any()
+    return S.COMPUTE if has_compute or not (spans.lane == S.DEFAULT).any() else S.DEFAULT
+
+
+def forward_steps(rec: Recorded) -> pd.DataFrame:
+    """Per forward span: its args, whether a carry-over ran with it (``carry``) and whether that
+    was a span of its own (``carry_span``, else inside the replay: arg ``carry_over_us``)."""
+    sp = rec.spans
+    lane = gpu_lane(sp)
+    fwd = sp[(sp.lane == lane) & sp.name.isin(S.FORWARD_NAMES)].copy()
+    carry = set(sp[(sp.lane == lane) & (sp.name == S.CARRY_OVER)].step)
+    fwd["graph"] = fwd.name == S.GRAPH_REPLAY
+    fwd["carry_span"] = fwd.step.isin(carry)
+    fwd["carry"] = fwd.carry_span | fwd.carry_over_us.notna()
+    return fwd[fwd.requests > 0]
+
+
+def samples_by_step(rec: Recorded) -> pd.Series:
+    fwd = forward_steps(rec)
+    return fwd.groupby("step")["new_tokens"].sum()
