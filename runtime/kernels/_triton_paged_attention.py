@@ -56,15 +56,33 @@ def _paged_decode_split_kernel(
     g_mask = offs_g < G
     heads = kvh * G + offs_g
 
-    if start >= ctx:
-        # Nothing live here. A request with no context (a padding row) still gets zeros.
-        if SINGLE:
-            if ctx <= 0:
-                o_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
-                zero = tl.zeros([G_PAD, D], dtype=tl.float32)
-                tl.store(o_ptrs, zero.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
-        return
+    if SINGLE:
+        # A request with no context (a padding row) gets zeros.
+        if ctx <= 0:
+            o_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+            zero = tl.zeros([G_PAD, D], dtype=tl.float32)
+            tl.store(o_ptrs, zero.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
+    if start < ctx:  # partitions past the context do nothing (the reduce skips them)
+        _partition(
+            q_ptr, k_ptr, v_ptr, bt_ptr, out_ptr, part_o_ptr, part_lse_ptr, scale_log2,
+            stride_qb, stride_qh, stride_kn, stride_kt, stride_kh, stride_vn, stride_vt, stride_vh,
+            stride_btb, stride_ob, stride_oh, num_splits, b, kvh, split, ctx, start,
+            G, G_PAD, D, BS, BLOCK_N, PARTITION, SINGLE, IEEE,
+        )  # fmt: skip
 
+
+@triton.jit
+def _partition(
+    q_ptr, k_ptr, v_ptr, bt_ptr, out_ptr, part_o_ptr, part_lse_ptr, scale_log2,
+    stride_qb, stride_qh, stride_kn, stride_kt, stride_kh, stride_vn, stride_vt, stride_vh,
+    stride_btb, stride_ob, stride_oh, num_splits, b, kvh, split, ctx, start,
+    G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr,
+    PARTITION: tl.constexpr, SINGLE: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    offs_g = tl.arange(0, G_PAD)
+    offs_d = tl.arange(0, D)
+    g_mask = offs_g < G
+    heads = kvh * G + offs_g
     q_ptrs = q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(q_ptrs, mask=g_mask[:, None], other=0.0)
 
