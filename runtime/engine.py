@@ -102,7 +102,10 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def execute(config: CbsimConfig, engine: str) -> RunResult:
+def execute(config: CbsimConfig, engine: str, *, cpu_emulation: bool = False) -> RunResult:
+    """Run one engine. cpu_emulation (tests only): on a CPU, run the async loop's order (batch
+    N+1 built before N's tokens, placeholders filled by the carry-over) and the padded graph
+    buckets eagerly, with no streams and no overlap, so that logic is checked without CUDA."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; the runtime runs one of: {', '.join(ENGINES)}")
     device = torch.device(config.mode.device)
@@ -111,7 +114,7 @@ def execute(config: CbsimConfig, engine: str) -> RunResult:
             f"mode.device={config.mode.device} but no CUDA device is visible; "
             "on a CPU use mode.device=cpu with engine=sync"
         )
-    if engine == "async" and device.type != "cuda":
+    if engine == "async" and device.type != "cuda" and not cpu_emulation:
         raise RuntimeError(
             "engine=async needs CUDA (three CUDA streams, events, pinned IO slots, CUDA graphs); "
             f"mode.device={config.mode.device}. On a CPU run engine=sync with mode.device=cpu"
@@ -133,6 +136,7 @@ def execute(config: CbsimConfig, engine: str) -> RunResult:
             num_slots=2 if is_async else 1,
             carry_over=is_async,
             graphs=config.engine.cuda_graphs,
+            emulate_graphs=cpu_emulation,
         )
     except torch.OutOfMemoryError as exc:
         raise RuntimeError(

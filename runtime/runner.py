@@ -52,6 +52,7 @@ class ModelRunner:
         num_slots: int,
         carry_over: bool,
         graphs: bool,
+        emulate_graphs: bool = False,
     ) -> None:
         w = config.workload
         self.device = device
@@ -73,7 +74,9 @@ class ModelRunner:
         # graph buckets: the configured sizes up to the first that holds a full batch
         sizes = sorted(set(config.engine.graph_batch_sizes))
         cut = bisect.bisect_left(sizes, w.batch_size)
-        self.buckets = sizes[: cut + 1] if graphs and device.type == "cuda" else []
+        # emulate_graphs (tests on a CPU): bucketed, padded decode steps run the graph's body eagerly
+        on = graphs and (device.type == "cuda" or emulate_graphs)
+        self.buckets = sizes[: cut + 1] if on else []
         biggest = max(self.buckets, default=0)
         self.max_outputs = max(w.batch_size, biggest)
         # graph layouts use the widest block table any request can need
@@ -136,7 +139,11 @@ class ModelRunner:
     def compute(self, plan: StepPlan) -> None:
         """Replay the slot's graph for the bucket, or run the step eagerly."""
         if plan.bucket is not None:
-            self.graphs[(plan.slot.index, plan.bucket)].replay()
+            graph = self.graphs.get((plan.slot.index, plan.bucket))
+            if graph is not None:
+                graph.replay()
+            else:
+                self.step_body(plan.slot, self.graph_layouts[plan.bucket])
         else:
             self.step_body(plan.slot, plan.layout)
 

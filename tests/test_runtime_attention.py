@@ -1,0 +1,100 @@
+"""The runtime's torch attention paths and the packed IO layout, against plain references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cbsim.config.schema import WorkloadConfig  # noqa: E402
+from cbsim.runtime.attention import AttnMeta, decode_torch, prefill_torch  # noqa: E402
+from cbsim.runtime.io_slots import empty_decode_layout, pack  # noqa: E402
+from cbsim.runtime.kv_cache import PagedKVCache  # noqa: E402
+from cbsim.scheduler import Scheduler  # noqa: E402
+from cbsim.workload import make_requests  # noqa: E402
+
+
+def random_cache(num_blocks=12, bs=4, hkv=2, dim=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cache = PagedKVCache(1, num_blocks, bs, hkv, dim, torch.float64, torch.device("cpu"))
+    cache.k[0].copy_(torch.randn(cache.k[0].shape, generator=g, dtype=torch.float64))
+    cache.v[0].copy_(torch.randn(cache.v[0].shape, generator=g, dtype=torch.float64))
+    return cache, g
+
+
+def dense_kv(cache, table, n):
+    """A request's first n K/V rows, read block by block."""
+    k = torch.cat([cache.k[0][b] for b in table])[:n]
+    v = torch.cat([cache.v[0][b] for b in table])[:n]
+    return k, v
+
+
+def naive(q, k, v, scale, causal_offset=None):
+    """q [Q, Hq, D], k/v [S, Hkv, D]; query i sees keys 0..causal_offset+i (all if None)."""
+    g = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(g, dim=1)
+    v = v.repeat_interleave(g, dim=1)
+    s = torch.einsum("qhd,shd->hqs", q, k) * scale
+    if causal_offset is not None:
+        qi = torch.arange(q.shape[0])[:, None] + causal_offset
+        s = s.masked_fill(torch.arange(k.shape[0])[None, :] > qi, float("-inf"))
+    return torch.einsum("hqs,shd->qhd", torch.softmax(s, -1), v)
+
+
+def test_decode_torch_matches_dense_attention():
+    cache, g = random_cache()
+    tables = [[3, 7, 1], [0], [5, 2, 9, 11]]
+    ctx = [10, 3, 16]
+    width = 4
+    bt = torch.tensor([t + [cache.scratch_block] * (width - len(t)) for t in tables])
+    q = torch.randn(3, 4, 8, generator=g, dtype=torch.float64)
+    out = decode_torch(q, cache.k[0], cache.v[0], bt, torch.tensor(ctx), 0.3)
+    for i, (t, n) in enumerate(zip(tables, ctx)):
+        k, v = dense_kv(cache, t, n)
+        torch.testing.assert_close(out[i], naive(q[i : i + 1], k, v, 0.3)[0])
+
+
+def test_prefill_torch_attends_causally_after_the_cached_prefix():
+    cache, g = random_cache()
+    # two chunks: 5 queries after 6 cached tokens, 3 queries from position 0
+    tables = [[4, 8, 6], [10]]
+    starts, qlens = [6, 0], [5, 3]
+    ctx = [s + q for s, q in zip(starts, qlens)]
+    q = torch.randn(sum(qlens), 4, 8, generator=g, dtype=torch.float64)
+    meta = AttnMeta(
+        cache=cache,
+        num_tokens=q.shape[0],
+        slot_mapping=torch.zeros(q.shape[0], dtype=torch.long),
+        pre_tok=torch.tensor([0, 5]),
+        pre_qlen=torch.tensor(qlens),
+        pre_start=torch.tensor(starts),
+        pre_bt=torch.tensor([[4, 8, 6], [10, cache.scratch_block, cache.scratch_block]]),
+        pre_qmax=5,
+    )
+    meta.derive()
+    out = prefill_torch(q, cache.k[0], cache.v[0], meta, 0.25)
+    tok = 0
+    for i, t in enumerate(tables):
+        k, v = dense_kv(cache, t, ctx[i])
+        ref = naive(q[tok : tok + qlens[i]], k, v, 0.25, causal_offset=starts[i])
+        torch.testing.assert_close(out[i, : qlens[i]], ref)
+        tok += qlens[i]
+
+
+def test_padded_decode_pack_has_the_graph_layout():
+    w = WorkloadConfig(batch_size=3, num_requests=3, prompt_len=5, gen_len=4, kv_block_size=4)
+    sched = Scheduler(w, 30)
+    sched.add_all(make_requests(w, 100))
+    first = sched.schedule()
+    sched.update(first, np.ones(first.num_samples, dtype=np.int64))
+    dec = sched.schedule()
+    assert dec.kind == "decode"
+    flat, layout = pack(dec, 30, np.arange(3), 8, pad_to=4, width=5)
+    graph = empty_decode_layout(4, 5, 8)
+    assert layout.offsets == graph.offsets and flat.size == graph.total
+    views = layout.views(torch.from_numpy(flat))
+    assert views["dec_ctx"].tolist() == [6, 6, 6, 1]
+    assert views["slots"][-1].item() == 30 * 4  # the padding row writes the scratch block
+    assert (views["dec_bt"][3] == 30).all()
+    assert views["carry"].tolist() == [0, 1, 2, -1, -1, -1, -1, -1]

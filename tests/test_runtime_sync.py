@@ -1,0 +1,229 @@
+"""The runtime's sync engine on the CPU with the tiny model: greedy tokens == transformers'
+`model.generate`, token for token, over the workloads that exercise the scheduler's paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from cbsim.runtime.engine import execute  # noqa: E402
+from cbsim.runtime.model import build_model  # noqa: E402
+from cbsim.trace import schema as S  # noqa: E402
+from cbsim.trace import validate  # noqa: E402
+from cbsim.workload import make_requests  # noqa: E402
+
+BASE = ["mode=runtime", "mode.device=cpu", "model=tiny", "engine=sync", "mode.warmup_steps=1"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny matrices: extra threads only add contention on shared CI machines
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def reference_tokens(config, device: str = "cpu") -> dict[int, np.ndarray]:
+    """Greedy tokens from transformers' own generate (sdpa attention, contiguous cache)."""
+    dev = torch.device(device)
+    model = build_model(config.model, dev, seed=config.workload.seed, attn_implementation="sdpa")
+    out = {}
+    for r in make_requests(config.workload, config.model.vocab_size):
+        ids = torch.tensor(np.asarray(r.prompt_ids), dtype=torch.long, device=dev)[None]
+        gen = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=r.max_new_tokens,
+            min_new_tokens=r.max_new_tokens,
+            do_sample=False,
+        )
+        out[r.rid] = gen[0, ids.shape[1] :].cpu().numpy()
+    return out
+
+
+def assert_same_tokens(result, ref) -> None:
+    assert result.outputs.keys() == ref.keys()
+    for rid, toks in ref.items():
+        np.testing.assert_array_equal(result.outputs[rid], toks, err_msg=f"request {rid}")
+
+
+CASES = {
+    # staggered generation lengths: requests retire at different steps, others are admitted
+    "staggered": [
+        "workload.batch_size=4",
+        "workload.num_requests=7",
+        "workload.prompt_len=12",
+        "workload.prompt_dist=uniform",
+        "workload.prompt_spread=0.5",
+        "workload.gen_len=10",
+        "workload.gen_dist=uniform",
+        "workload.gen_spread=0.8",
+    ],
+    # prompts longer than the token budget: chunked prefill over several steps, mixed batches
+    "chunked": [
+        "workload.batch_size=3",
+        "workload.num_requests=4",
+        "workload.prompt_len=40",
+        "workload.gen_len=6",
+        "workload.max_batch_tokens=16",
+    ],
+    # poisson arrivals: requests join a running batch mid-run
+    "poisson": [
+        "workload.batch_size=4",
+        "workload.num_requests=6",
+        "workload.prompt_len=9",
+        "workload.gen_len=8",
+        "workload.arrival=poisson",
+        "workload.rate=200",
+    ],
+    # a KV cache too small for everyone: preemption by recompute, then the same tokens
+    "preempt": [
+        "workload.batch_size=4",
+        "workload.num_requests=4",
+        "workload.prompt_len=14",
+        "workload.gen_len=20",
+        "workload.kv_block_size=4",
+        "workload.kv_num_blocks=20",
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sync_matches_generate(config_factory, case):
+    config = config_factory(BASE + CASES[case])
+    result = execute(config, "sync")
+    assert_same_tokens(result, reference_tokens(config))
+    summary = result.summary
+    assert summary["generated_tokens"] == sum(len(t) for t in result.outputs.values())
+    if case == "preempt":
+        assert summary["preemptions"] > 0
+    if case == "chunked":
+        kinds = set(result.trace.spans["kind"])
+        assert {"prefill", "mixed"} <= kinds or "mixed" in kinds
+
+
+def test_trace_has_every_lane_phase_and_request_event(config_factory):
+    config = config_factory(BASE + CASES["staggered"])
+    result = execute(config, "sync")
+    trace = validate(result.trace.to_json_obj())
+    od = trace.other_data
+    assert od["source"] == "runtime" and od["engine"] == "sync"
+    assert {"torch", "transformers", "name"} <= od["hardware"].keys()
+    assert {"io_buffer_bytes", "graph_pool_bytes", "graph_pool_bytes_single_slot"} <= od[
+        "memory"
+    ].keys()
+    spans = trace.spans
+    steps = result.summary["steps"]
+    host = spans[spans.lane == S.HOST]
+    for phase in S.HOST_PHASES:
+        assert (host.name == phase).sum() == steps, phase
+    fwd = spans[spans.lane == S.COMPUTE]
+    assert len(fwd) == steps and set(fwd.name) == {S.FORWARD}
+    assert fwd.new_tokens.sum() == result.summary["generated_tokens"]
+    assert (spans[spans.lane == S.H2D].name == S.COPY_H2D).all()
+    assert (spans[spans.lane == S.D2H].name == S.COPY_D2H).all()
+    assert sorted(fwd.step) == list(range(steps))
+    inst = trace.instants
+    n = config.workload.total_requests
+    for name in (S.ARRIVAL, S.FIRST_TOKEN, S.FINISH):
+        assert (inst.name == name).sum() == n, name
+    assert len(trace.counters) == steps
+    # every span lies on the one host clock, in order: a step's forward after its launch began
+    launch = host[host.name == S.LAUNCH].set_index("step")
+    f = fwd.set_index("step")
+    assert (f.ts >= launch.ts.reindex(f.index) - 1e-3).all()
+
+
+def test_tracing_off_records_no_events_but_counts(config_factory):
+    config = config_factory(BASE + CASES["poisson"] + ["mode.tracing=false"])
+    result = execute(config, "sync")
+    assert result.trace.spans.empty
+    assert result.summary["generated_tokens"] == 6 * 8
+    assert result.trace.other_data["tracing"] is False
+
+
+def test_async_needs_cuda(config_factory):
+    config = config_factory(BASE + ["engine=async"])
+    with pytest.raises(RuntimeError, match="engine=async needs CUDA"):
+        execute(config, "async")
+
+
+def test_request_longer_than_kv_cache_fails_before_running(config_factory):
+    config = config_factory(
+        BASE + ["workload.prompt_len=100", "workload.gen_len=50", "workload.kv_num_blocks=4"]
+    )
+    with pytest.raises(ValueError, match="KV cache capacity"):
+        execute(config, "sync")
+
+
+def test_request_longer_than_context_fails_before_running(config_factory):
+    config = config_factory(
+        BASE
+        + [
+            "workload.prompt_len=100",
+            "workload.gen_len=50",
+            "workload.prompt_dist=uniform",
+            "workload.prompt_spread=0.5",
+            "model.max_position_embeddings=120",
+        ]
+    )
+    with pytest.raises(ValueError, match="model context"):
+        execute(config, "sync")
+
+
+def test_token_ids_outside_vocab_fail_before_running(config_factory, monkeypatch):
+    import cbsim.runtime.engine as eng
+
+    config = config_factory(BASE + ["workload.batch_size=2"])
+    real = eng.make_requests
+
+    def bad_requests(workload, vocab_size):
+        reqs = real(workload, vocab_size)
+        reqs[1].prompt_ids = reqs[1].prompt_ids.copy()
+        reqs[1].prompt_ids[3] = vocab_size + 5
+        return reqs
+
+    monkeypatch.setattr(eng, "make_requests", bad_requests)
+    monkeypatch.setattr(eng, "ModelRunner", None)  # nothing may be built
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        execute(config, "sync")
+
+
+def test_ctrl_c_keeps_the_trace_so_far(config_factory, monkeypatch):
+    from cbsim.runtime.engine import Interrupted
+    from cbsim.scheduler import Scheduler
+
+    config = config_factory(BASE + CASES["staggered"])
+    real = Scheduler.update
+    calls = {"n": 0}
+
+    def update(self, batch, tokens):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(self, batch, tokens)
+
+    monkeypatch.setattr(Scheduler, "update", update)
+    with pytest.raises(Interrupted) as info:
+        execute(config, "sync")
+    trace = validate(info.value.trace.to_json_obj())
+    assert trace.other_data["interrupted"] is True
+    assert 4 <= (trace.spans.name == S.FORWARD).sum() <= 5
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("engine", ["sync", "async"])
+def test_cpu_emulation_of_async_order_and_graph_buckets(config_factory, case, engine):
+    """The async loop's order (placeholders filled by the in-step carry-over from the other
+    slot's outputs) and the padded graph-bucket layouts, run eagerly on a CPU: same tokens."""
+    config = config_factory(BASE + CASES[case] + ["engine.graph_batch_sizes=[1,2,4]"])
+    result = execute(config, engine, cpu_emulation=True)
+    assert_same_tokens(result, reference_tokens(config))
+    assert result.summary["graph_steps"] > 0
+    assert result.trace.other_data["io_slots"] == (2 if engine == "async" else 1)
+    names = set(result.trace.spans[result.trace.spans.lane == S.COMPUTE].name)
+    assert S.GRAPH_REPLAY in names
