@@ -156,6 +156,10 @@ def forward_steps(rec: Recorded) -> pd.DataFrame:
     fwd["graph"] = fwd.name == S.GRAPH_REPLAY
     fwd["carry_span"] = fwd.step.isin(carry)
     fwd["carry"] = fwd.carry_span | fwd.carry_over_us.notna()
+    if rec.trace.source == "runtime" and rec.engine == "async" and not fwd.carry.any():
+        # the runtime's carry-over is captured in the graph and not marked: every decode step
+        # after the first launch scatters the previous batch's tokens
+        fwd["carry"] = (fwd.kind != "prefill") & (fwd.step > fwd.step.min())
     return fwd[fwd.requests > 0]
 
 

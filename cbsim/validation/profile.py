@@ -1,0 +1,131 @@
+"""Write a calibrated hardware profile as a Hydra config file (conf/hardware/<name>.yaml), every
+value commented with where it came from: fitted (on how many spans, at what residual) or kept."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import yaml
+
+import cbsim.conf
+from cbsim.config.errors import ConfigError
+from cbsim.validation.calibrate import Calibration
+
+CONF_HARDWARE = Path(cbsim.conf.__file__).resolve().parent / "hardware"
+HOST_PHASES = ("schedule", "prepare", "update")
+# what each fitted term is called in the residual rows (us_per_byte_* map to bandwidths)
+ROW_ALIASES = {"h2d_bandwidth": "us_per_byte_h2d", "d2h_bandwidth": "us_per_byte_d2h"}
+
+
+def _origin(cal: Calibration) -> dict[str, str]:
+    """Field path -> comment, from the residual rows."""
+    out: dict[str, str] = {}
+    for row in cal.rows:
+        for term, fitted in row.fit.fitted.items():
+            note = (
+                f"fitted: {row.what}, {row.samples} spans, rms {row.fit.rms_pct:.2f}%"
+                if fitted
+                else f"kept from the base profile ({row.what}: not identifiable)"
+            )
+            prefix = f"{row.what}." if row.what in HOST_PHASES else ""
+            out[prefix + term] = note
+    return out
+
+
+def _scalar(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) or hasattr(value, "dtype"):
+        value = float(value)
+        return f"{value:.6g}" if value != 0 else "0.0"
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def profile_yaml(cal: Calibration, base_name: str) -> str:
+    hw, origin = cal.hardware, _origin(cal)
+    traces = ", ".join(Path(t).name for t in cal.traces)
+    lines = [
+        f"# {hw.name}: calibrated by `python -m cbsim +experiment=calibrate` on "
+        f"{_dt.date.today().isoformat()}",
+        f"# from {len(cal.traces)} trace(s): {traces}",
+        f"# starting from (and, for terms the traces cannot determine, keeping) hardware={base_name}.",
+        "# Select it with hardware=" + hw.name + "; docs/validation.md says how it was fitted.",
+        "defaults:",
+        "  - hardware_schema",
+        "  - _self_",
+        f"name: {hw.name}",
+    ]
+
+    def field(key: str, value, indent: str = "", path: str | None = None) -> None:
+        note = origin.get(ROW_ALIASES.get(path or key, path or key), "")
+        if not note and (path or key) in ("peak_flops", "hbm_bandwidth", "memory_bytes"):
+            note = f"from hardware={base_name}"
+        elif not note and key in ("copy_launch_us", "event_us"):
+            note = (
+                f"from hardware={base_name}: a launch span shows only the sum (see graph_launch_us)"
+            )
+        lines.append(f"{indent}{key}: {_scalar(value)}" + (f"  # {note}" if note else ""))
+
+    for key in (
+        "peak_flops",
+        "hbm_bandwidth",
+        "memory_bytes",
+        "h2d_bandwidth",
+        "d2h_bandwidth",
+        "copy_latency_us",
+    ):
+        field(key, getattr(hw, key))
+    source = f"calibrated from {len(cal.traces)} runtime trace(s): {traces}"
+    lines.append(f"source: {json.dumps(source)}")
+    lines.append("host:")
+    for phase in HOST_PHASES:
+        cost = getattr(hw.host, phase)
+        lines.append(f"  {phase}:")
+        for term in ("fixed_us", "per_request_us", "per_token_us"):
+            field(term, getattr(cost, term), "    ", f"{phase}.{term}")
+    for key in (
+        "kernel_launch_us",
+        "graph_launch_us",
+        "copy_launch_us",
+        "event_us",
+        "sync_wake_us",
+    ):
+        field(key, getattr(hw.host, key), "  ")
+    lines.append("gpu:")
+    for key in (
+        "gemm_bandwidth_eff",
+        "gemm_flops_eff",
+        "attention_bandwidth_eff",
+        "attention_flops_eff",
+        "attention_kv_pad",
+        "forward_fixed_us",
+        "eager_kernel_gap_us",
+        "graph_node_gap_us",
+        "kernels_per_layer",
+        "kernels_extra",
+        "carry_over_us",
+    ):
+        field(key, getattr(hw.gpu, key), "  ")
+    return "\n".join(lines) + "\n"
+
+
+def write_profile(cal: Calibration, base_name: str, run_dir: Path, install: bool) -> list[Path]:
+    """<run_dir>/<name>.yaml, and conf/hardware/<name>.yaml too when ``install``."""
+    name = cal.hardware.name
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError(f"profile name {name!r}: use letters, digits, '_' and '-' only")
+    text = profile_yaml(cal, base_name)
+    paths = [Path(run_dir) / f"{name}.yaml"]
+    if install:
+        if name in ("h200", "h100"):
+            raise ConfigError(
+                f"extra.profile={name} would overwrite a shipped preset; pick "
+                "another name, e.g. extra.profile=h200_calibrated"
+            )
+        paths.append(CONF_HARDWARE / f"{name}.yaml")
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return paths

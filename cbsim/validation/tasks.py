@@ -1,0 +1,144 @@
+"""The ``task=calibrate`` and ``task=validate`` entry points called by cbsim.app.
+
+Settings under ``extra`` (conf/experiment/calibrate.yaml and validate.yaml document them):
+
+calibrate: ``profile`` (name of the profile written, default ``<hardware.name>_calibrated``),
+``install`` (also write it to the package's conf/hardware/ so ``hardware=<profile>`` selects it).
+
+validate: ``holdout``: ``loo`` (default: each run predicted by a profile fitted on the others),
+``fit_on`` (a fixed calibration set, paths or globs: runs in it are reported in-sample, the others
+held out) or ``profile`` (the composed ``hardware`` as it is, e.g. ``hardware=h200_calibrated``;
+runs named in that profile's ``source`` are reported in-sample). ``report`` (default true):
+write validation.html.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from cbsim.config import CbsimConfig, ConfigError
+from cbsim.trace import write_trace
+from cbsim.validation.calibrate import calibrate
+from cbsim.validation.profile import write_profile
+from cbsim.validation.traces import Recorded, load, resolve_traces
+from cbsim.validation.validate import (
+    error_table,
+    leave_one_out,
+    summary,
+    validate_run,
+)
+
+log = logging.getLogger("cbsim")
+HOLDOUTS = ("loo", "fit_on", "profile")
+
+
+def run_validation_task(
+    config: CbsimConfig, resolved: dict[str, Any], run_dir: Path
+) -> dict[str, Any]:
+    run_dir = Path(run_dir)
+    if not config.trace:
+        raise ConfigError(
+            f"task={config.task} needs traces: trace=[path,...] (paths or globs; "
+            "+experiment=calibrate / validate set the recorded ones)"
+        )
+    recs = runtime_traces(load(resolve_traces(list(config.trace))))
+    if config.task == "calibrate":
+        return run_calibrate(config, recs, run_dir)
+    return run_validate(config, recs, run_dir)
+
+
+def runtime_traces(recs: list[Recorded]) -> list[Recorded]:
+    """Traces that can be re-simulated: with a run config, from the runtime (or the simulator,
+    for self-checks); imported profiler traces have no config."""
+    keep = [
+        r
+        for r in recs
+        if r.trace.source in ("runtime", "sim")
+        and isinstance(r.trace.other_data.get("config"), dict)
+        and "_partial" not in r.path.name
+    ]
+    for r in recs:
+        if r not in keep:
+            log.warning("skipped %s: source %r without otherData.config", r.path, r.trace.source)
+    if not keep:
+        raise ConfigError(
+            "none of the traces carries a run config (otherData.config); pass "
+            "traces written by python -m cbsim (mode=runtime)"
+        )
+    return keep
+
+
+def run_calibrate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> dict[str, Any]:
+    extra = config.extra
+    name = str(extra.get("profile") or f"{config.hardware.name}_calibrated")
+    cal = calibrate(recs, config.hardware, name)
+    paths = write_profile(cal, config.hardware.name, run_dir, bool(extra.get("install", False)))
+    (run_dir / "calibration.json").write_text(json.dumps(cal.as_dict(), indent=2, default=float))
+    if config.output.print_table:
+        print(f"calibrated {name} on {len(recs)} trace(s); residuals (predicted vs recorded):")
+        print(cal.table())
+        print("profile: " + ", ".join(str(p) for p in paths))
+    return {
+        "task": "calibrate",
+        "profile": name,
+        "profile_paths": [str(p) for p in paths],
+        **cal.as_dict(),
+    }
+
+
+def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> dict[str, Any]:
+    extra = config.extra
+    holdout = str(extra.get("holdout", "loo"))
+    if holdout not in HOLDOUTS:
+        raise ConfigError(f"extra.holdout={holdout!r}; allowed: {', '.join(HOLDOUTS)}")
+    fit_on_patterns = list(extra.get("fit_on") or [])
+    name = f"{config.hardware.name}_calibrated"
+    if holdout == "loo" and len(recs) < 2:
+        log.warning(
+            "one trace: nothing to hold out; validating with hardware=%s as it is",
+            config.hardware.name,
+        )
+        holdout = "profile"
+    if holdout == "loo":
+        results, _ = leave_one_out(recs, config.hardware, name)
+    elif holdout == "fit_on":
+        if not fit_on_patterns:
+            raise ConfigError("extra.holdout=fit_on needs extra.fit_on=[path,...]")
+        fit_recs = runtime_traces(load(resolve_traces(fit_on_patterns)))
+        cal = calibrate(fit_recs, config.hardware, name)
+        fitted = {r.path.resolve() for r in fit_recs}
+        names = [r.name for r in fit_recs]
+        results = [
+            validate_run(r, cal.hardware, r.path.resolve() not in fitted, names) for r in recs
+        ]
+    else:
+        source = config.hardware.source
+        results = [validate_run(r, config.hardware, r.path.name not in source, []) for r in recs]
+    out = {
+        "task": "validate",
+        "holdout": holdout,
+        "hardware_base": config.hardware.name,
+        "summary": summary(results),
+        "runs": [r.as_dict() for r in results],
+    }
+    (run_dir / "validation.json").write_text(json.dumps(out, indent=2, default=float))
+    if extra.get("save_sim_traces", False):
+        for r in results:
+            write_trace(r.sim_trace, run_dir / f"sim_{r.rec.name.replace('/', '_')}.json.gz")
+    if extra.get("report", True):
+        from cbsim.validation.report import write_validation_report
+
+        write_validation_report(results, out, run_dir / "validation.html")
+    if config.output.print_table:
+        print(f"validation ({holdout}): error of the simulator vs the recorded run")
+        print(error_table(results))
+        s = out["summary"]
+        print(
+            f"targets on held-out runs: total {s['targets']['total_time_pct']}%, idle "
+            f"{s['targets']['gpu_idle_pp']} pp, step p50 {s['targets']['step_p50_pct']}% -> "
+            f"{'all within' if s['all_within_target'] else 'NOT all within'}"
+        )
+    return out

@@ -1,0 +1,156 @@
+"""Re-simulate recorded runs and measure how far the simulator is from the hardware.
+
+Each recorded trace carries its run config (otherData.config); the simulator runs that config with
+a calibrated hardware profile, and both traces go through the same metrics code. Errors:
+total time, step time p50/p99, TTFT and TPOT p50 in percent of the real value; GPU idle in
+percentage points. "Held out" means the profile was fitted without that run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from cbsim.config.schema import HardwareConfig
+from cbsim.metrics import compute_metrics
+from cbsim.trace import Trace
+from cbsim.validation.calibrate import Calibration, calibrate
+from cbsim.validation.traces import Recorded
+
+log = logging.getLogger("cbsim")
+
+# the issue's targets, on held-out runs
+TARGETS = {"total_time_pct": 3.0, "gpu_idle_pp": 1.0, "step_p50_pct": 5.0}
+PCT_ERRORS = {
+    "total_time_pct": "total_time_s",
+    "step_p50_pct": "step_time_ms_p50",
+    "step_p99_pct": "step_time_ms_p99",
+    "ttft_p50_pct": "ttft_ms_p50",
+    "tpot_p50_pct": "tpot_ms_p50",
+}
+SHOWN = (
+    "total_time_s",
+    "gpu_idle_fraction",
+    "step_time_ms_p50",
+    "step_time_ms_p99",
+    "ttft_ms_p50",
+    "tpot_ms_p50",
+    "steps",
+    "generated_tokens",
+)
+
+
+@dataclass
+class RunResult:
+    rec: Recorded
+    sim_trace: Trace
+    real: dict[str, Any]
+    sim: dict[str, Any]
+    held_out: bool
+    fit_on: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> dict[str, float | None]:
+        return errors(self.real, self.sim)
+
+    @property
+    def passed(self) -> dict[str, bool]:
+        e = self.errors
+        return {k: e[k] is not None and abs(e[k]) <= t for k, t in TARGETS.items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.rec.name,
+            "path": str(self.rec.path),
+            "engine": self.rec.engine,
+            "batch_size": self.rec.config.workload.batch_size,
+            "held_out": self.held_out,
+            "fit_on": self.fit_on,
+            "real": {k: self.real.get(k) for k in SHOWN},
+            "sim": {k: self.sim.get(k) for k in SHOWN},
+            "errors": self.errors,
+            "within_target": self.passed,
+        }
+
+
+def errors(real: dict[str, Any], sim: dict[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key, metric in PCT_ERRORS.items():
+        r, s = real.get(metric), sim.get(metric)
+        out[key] = 100.0 * (s - r) / r if r and s is not None else None
+    r, s = real.get("gpu_idle_fraction"), sim.get("gpu_idle_fraction")
+    out["gpu_idle_pp"] = 100.0 * (s - r) if r is not None and s is not None else None
+    return out
+
+
+def simulate_like(rec: Recorded, hw: HardwareConfig) -> Trace:
+    """The recorded run's config, in the simulator, with ``hw``."""
+    from cbsim.sim import run
+
+    cfg = rec.config
+    cfg = dataclasses.replace(cfg, hardware=hw, mode=dataclasses.replace(cfg.mode, name="sim"))
+    return run(cfg, rec.engine)
+
+
+def validate_run(rec: Recorded, hw: HardwareConfig, held_out: bool, fit_on: list[str]) -> RunResult:
+    trace = simulate_like(rec, hw)
+    return RunResult(
+        rec, trace, compute_metrics(rec.trace), compute_metrics(trace), held_out, fit_on
+    )
+
+
+def leave_one_out(
+    recs: list[Recorded], base: HardwareConfig, name: str
+) -> tuple[list[RunResult], dict[str, Calibration]]:
+    """Each run predicted by a profile fitted on all the others."""
+    results, cals = [], {}
+    for i, rec in enumerate(recs):
+        others = recs[:i] + recs[i + 1 :]
+        cal = calibrate(others, base, name)
+        cals[rec.name] = cal
+        log.info("held out %s: fitted on %d other run(s)", rec.name, len(others))
+        results.append(validate_run(rec, cal.hardware, True, [r.name for r in others]))
+    return results, cals
+
+
+def summary(results: list[RunResult]) -> dict[str, Any]:
+    """Worst and mean absolute error per engine over held-out runs, and whether all pass."""
+    out: dict[str, Any] = {"targets": TARGETS}
+    held = [r for r in results if r.held_out]
+    for engine in sorted({r.rec.engine for r in held}):
+        runs = [r for r in held if r.rec.engine == engine]
+        agg: dict[str, Any] = {"runs": len(runs)}
+        for key in (*PCT_ERRORS, "gpu_idle_pp"):
+            vals = [abs(r.errors[key]) for r in runs if r.errors[key] is not None]
+            agg[f"{key}_max_abs"] = max(vals) if vals else None
+            agg[f"{key}_mean_abs"] = sum(vals) / len(vals) if vals else None
+        out[engine] = agg
+    out["held_out_runs"] = len(held)
+    out["all_within_target"] = bool(held) and all(all(r.passed.values()) for r in held)
+    return out
+
+
+def error_table(results: list[RunResult]) -> str:
+    head = (
+        f"{'run':<34}{'engine':>7}{'held':>6}{'total %':>9}{'idle pp':>9}{'p50 %':>8}"
+        f"{'p99 %':>8}{'TTFT %':>8}{'TPOT %':>8}"
+    )
+    lines = [head]
+    keys = (
+        "total_time_pct",
+        "gpu_idle_pp",
+        "step_p50_pct",
+        "step_p99_pct",
+        "ttft_p50_pct",
+        "tpot_p50_pct",
+    )
+    for r in results:
+        e = r.errors
+        c = [f"{e[k]:+.2f}" if e[k] is not None else "-" for k in keys]
+        lines.append(
+            f"{r.rec.name[:33]:<34}{r.rec.engine:>7}{'yes' if r.held_out else 'no':>6}"
+            f"{c[0]:>9}{c[1]:>9}{c[2]:>8}{c[3]:>8}{c[4]:>8}{c[5]:>8}"
+        )
+    return "\n".join(lines)
