@@ -37,6 +37,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -49,6 +50,13 @@ _STATUS = ("waiting", "running", "finishing", "finished")
 _REASONS = ("", "length", "eos")
 
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
+_EMPTY_I64.flags.writeable = False
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """Arrays shared by several batches are read-only."""
+    a.flags.writeable = False
+    return a
 
 
 class Batch:
@@ -56,152 +64,92 @@ class Batch:
 
     Per request (numpy, batch order): ``rids``, ``query_lens``, ``start_pos`` (KV tokens already
     cached = position of the first query token), ``context_lens`` (start_pos + query_lens),
-    ``sample`` (bool: the last query position yields a kept token), ``placeholder`` (bool: the
-    input is a pending token, a placeholder 0; always a one-token decode), ``num_blocks``
-    (blocks covering context_lens). Flattened over query tokens (int64): ``input_ids``,
-    ``positions``, ``slot_mapping`` (block_id * block_size + offset, where the token's K/V goes).
-    Per sampled output, in the order of ``sample`` == True entries: ``logits_indices`` (flattened
-    query index to sample from), ``sample_rids``. Totals: ``step``, ``query_tokens``,
-    ``kv_tokens`` (sum of context_lens), ``num_prefill``, ``num_decode``, ``num_samples``,
-    ``kind`` ("prefill" | "decode" | "mixed"; a decode entry is one query token past the prompt
-    that samples).
+    ``prompt_lens``, ``sample`` (bool: the last query position yields a kept token),
+    ``placeholder`` (bool: the input is a pending token, a placeholder 0; always a one-token
+    decode), ``num_blocks`` (blocks covering context_lens). Flattened over query tokens
+    (int64): ``input_ids``, ``positions``, ``slot_mapping`` (block_id * block_size + offset:
+    where the token's K/V goes). Per sampled output, in the order of ``sample`` == True entries:
+    ``logits_indices`` (flattened query index to sample from), ``sample_rids``. Totals:
+    ``step``, ``num_requests``, ``query_tokens``, ``kv_tokens`` (sum of context_lens),
+    ``num_prefill``, ``num_decode``, ``num_samples``, ``kind`` ("prefill" | "decode" | "mixed";
+    a decode entry is one query token past the prompt that samples).
 
     ``block_tables`` is a list of per-request int32 block-id arrays (exactly the blocks covering
     each context); ``block_table_array(width, pad)`` gives them as one padded int32 2-D array.
     Derived fields (positions, slot_mapping, block tables, cu_* and logits_indices) are computed
-    on first access and stay valid forever: a batch never changes after ``schedule`` returns it.
+    on first access and stay valid: a batch never changes after ``schedule`` returns it. Its
+    arrays may be shared with other batches: treat them as read-only.
     """
 
-    __slots__ = (
-        "step",
-        "idx",
-        "rids",
-        "query_lens",
-        "start_pos",
-        "context_lens",
-        "sample",
-        "placeholder",
-        "input_ids",
-        "query_tokens",
-        "kv_tokens",
-        "num_prefill",
-        "num_decode",
-        "num_samples",
-        "kind",
-        "block_size",
-        "sample_idx",
-        "prompt_lens",
-        "finishing",
-        "_flat",
-        "_seg",
-        "_positions",
-        "_slot_mapping",
-        "_cu_query",
-        "_block_tables",
-    )
+    step: int
+    idx: np.ndarray  # the scheduler's internal request indices (for update)
+    rids: np.ndarray
+    query_lens: np.ndarray
+    start_pos: np.ndarray
+    context_lens: np.ndarray
+    prompt_lens: np.ndarray
+    sample: np.ndarray
+    placeholder: np.ndarray
+    input_ids: np.ndarray
+    num_requests: int
+    query_tokens: int
+    kv_tokens: int
+    num_prefill: int
+    num_decode: int
+    num_samples: int
+    kind: str
+    block_size: int
+    sample_idx: np.ndarray  # internal indices of the sampled entries
+    finishing: np.ndarray  # internal indices whose last output this batch samples
+    _flat: np.ndarray  # the scheduler's flat block table when this batch was built
+    _seg: np.ndarray  # each entry's segment in it
 
-    def __init__(
-        self,
-        step: int,
-        idx: np.ndarray,
-        rids: np.ndarray,
-        query_lens: np.ndarray,
-        start_pos: np.ndarray,
-        context_lens: np.ndarray,
-        sample: np.ndarray,
-        placeholder: np.ndarray,
-        input_ids: np.ndarray,
-        query_tokens: int,
-        kv_tokens: int,
-        num_prefill: int,
-        num_decode: int,
-        num_samples: int,
-        kind: str,
-        block_size: int,
-        sample_idx: np.ndarray,
-        prompt_lens: np.ndarray,
-        finishing: np.ndarray,
-        _flat: np.ndarray,
-        _seg: np.ndarray,
-    ) -> None:
-        self.step = step
-        self.idx = idx
-        self.rids = rids
-        self.query_lens = query_lens
-        self.start_pos = start_pos
-        self.context_lens = context_lens
-        self.sample = sample
-        self.placeholder = placeholder
-        self.input_ids = input_ids
-        self.query_tokens = query_tokens
-        self.kv_tokens = kv_tokens
-        self.num_prefill = num_prefill
-        self.num_decode = num_decode
-        self.num_samples = num_samples
-        self.kind = kind
-        self.block_size = block_size
-        self.sample_idx = sample_idx
-        self.prompt_lens = prompt_lens
-        self.finishing = finishing
-        self._flat = _flat
-        self._seg = _seg
-        self._positions: np.ndarray | None = None
-        self._slot_mapping: np.ndarray | None = None
-        self._cu_query: np.ndarray | None = None
-        self._block_tables: list[np.ndarray] | None = None
+    def __init__(self, **fields: object) -> None:
+        self.__dict__.update(fields)
 
     def __len__(self) -> int:
-        return len(self.idx)
+        return self.num_requests
 
     def __repr__(self) -> str:
         return (
-            f"Batch(step={self.step}, kind={self.kind!r}, requests={len(self)}, "
+            f"Batch(step={self.step}, kind={self.kind!r}, requests={self.num_requests}, "
             f"query_tokens={self.query_tokens}, kv_tokens={self.kv_tokens}, "
             f"samples={self.num_samples})"
         )
 
-    @property
-    def num_requests(self) -> int:
-        return len(self.idx)
-
-    @property
+    @cached_property
     def cu_query_lens(self) -> np.ndarray:
         """Prefix sums of query_lens, length requests + 1 (int64; varlen attention's cu_seqlens_q)."""
-        if self._cu_query is None:
-            cu = np.zeros(len(self.idx) + 1, dtype=np.int64)
-            np.cumsum(self.query_lens, out=cu[1:])
-            self._cu_query = cu
-        return self._cu_query
+        cu = np.zeros(self.num_requests + 1, dtype=np.int64)
+        np.cumsum(self.query_lens, out=cu[1:])
+        return cu
 
-    @property
+    @cached_property
     def cu_context_lens(self) -> np.ndarray:
         """Prefix sums of context_lens, length requests + 1 (varlen attention's cu_seqlens_k)."""
-        cu = np.zeros(len(self.idx) + 1, dtype=np.int64)
+        cu = np.zeros(self.num_requests + 1, dtype=np.int64)
         np.cumsum(self.context_lens, out=cu[1:])
         return cu
 
     @property
     def max_query_len(self) -> int:
-        return int(self.query_lens.max()) if len(self.idx) else 0
+        return int(self.query_lens.max()) if self.num_requests else 0
 
     @property
     def max_context_len(self) -> int:
-        return int(self.context_lens.max()) if len(self.idx) else 0
+        return int(self.context_lens.max()) if self.num_requests else 0
 
-    @property
+    @cached_property
     def positions(self) -> np.ndarray:
         """Position of every query token (flattened, int64)."""
-        if self._positions is None:
-            if self.num_decode == len(self.idx):
-                self._positions = self.start_pos.copy()
-            else:
-                cu = self.cu_query_lens
-                self._positions = np.repeat(self.start_pos - cu[:-1], self.query_lens) + np.arange(
-                    self.query_tokens, dtype=np.int64
-                )
-        return self._positions
+        if self.num_decode == self.num_requests:
+            return self.start_pos.copy()
+        cu = self.cu_query_lens
+        return np.repeat(self.start_pos - cu[:-1], self.query_lens) + np.arange(
+            self.query_tokens, dtype=np.int64
+        )
 
-    @property
+    @cached_property
     def logits_indices(self) -> np.ndarray:
         """Flattened query index of every sampled position, in sample order (int64)."""
         return (self.cu_query_lens[1:] - 1)[self.sample]
@@ -210,49 +158,44 @@ class Batch:
     def sample_rids(self) -> np.ndarray:
         return self.rids[self.sample]
 
-    @property
+    @cached_property
     def placeholder_positions(self) -> np.ndarray:
         """Flattened input positions holding a placeholder 0 (int64)."""
         return self.cu_query_lens[:-1][self.placeholder]
 
-    @property
+    @cached_property
     def num_blocks(self) -> np.ndarray:
         return (self.context_lens + (self.block_size - 1)) // self.block_size
 
-    @property
+    @cached_property
     def slot_mapping(self) -> np.ndarray:
         """KV slot (block_id * block_size + offset) of every query token (flattened, int64)."""
-        if self._slot_mapping is None:
-            pos = self.positions
-            bs = self.block_size
-            seg = (
-                np.repeat(self._seg, self.query_lens) if self.num_decode != len(self) else self._seg
-            )
-            blocks = self._flat[seg + pos // bs].astype(np.int64)
-            self._slot_mapping = blocks * bs + pos % bs
-        return self._slot_mapping
+        pos = self.positions
+        bs = self.block_size
+        seg = self._seg
+        if self.num_decode != self.num_requests:
+            seg = np.repeat(seg, self.query_lens)
+        blocks = self._flat[seg + pos // bs].astype(np.int64)
+        return blocks * bs + pos % bs
 
-    @property
+    @cached_property
     def block_tables(self) -> list[np.ndarray]:
-        """Per request, the int32 ids of the blocks covering its context (views; do not write)."""
-        if self._block_tables is None:
-            flat = self._flat
-            self._block_tables = [
-                flat[s : s + n] for s, n in zip(self._seg.tolist(), self.num_blocks.tolist())
-            ]
-        return self._block_tables
+        """Per request, the int32 ids of the blocks covering its context (read-only views)."""
+        flat = self._flat
+        return [flat[s : s + n] for s, n in zip(self._seg.tolist(), self.num_blocks.tolist())]
 
     def block_table_array(self, width: int | None = None, pad: int = -1) -> np.ndarray:
         """Block tables as one int32 array [requests, width] (width defaults to the longest),
         padded with ``pad``."""
         nb = self.num_blocks
-        w = int(nb.max()) if width is None and len(self) else int(width or 0)
-        if len(self) and int(nb.max()) > w:
-            raise ValueError(f"width={w} is below the longest block table ({int(nb.max())})")
+        longest = int(nb.max()) if self.num_requests else 0
+        w = longest if width is None else int(width)
+        if longest > w:
+            raise ValueError(f"width={w} is below the longest block table ({longest})")
         cols = np.arange(w, dtype=np.int64)
         mask = cols[None, :] < nb[:, None]
         src = np.where(mask, self._seg[:, None] + cols[None, :], 0)
-        out = self._flat[src] if self._flat.size else np.zeros(src.shape, dtype=np.int32)
+        out = self._flat[src]
         return np.where(mask, out, np.int32(pad)).astype(np.int32)
 
 
@@ -265,12 +208,15 @@ def carry_over_index(prev: Batch, nxt: Batch) -> np.ndarray:
     length) is the placeholder's position (nxt's start_pos), so any pair of batches gives the
     right answer (-1 everywhere for unrelated batches)."""
     n = prev.num_samples
-    if n == len(prev) and nxt.num_decode == len(nxt) and len(nxt) == n:
+    if n == prev.num_requests and nxt.num_decode == nxt.num_requests == n:
         # steady decode: the same requests in the same order, every input a placeholder
         if (
-            nxt.placeholder.all()
-            and np.array_equal(prev.idx, nxt.idx)
-            and np.array_equal(prev.context_lens, nxt.start_pos)
+            (prev.idx is nxt.idx or np.array_equal(prev.idx, nxt.idx))
+            and (
+                prev.context_lens is nxt.start_pos
+                or np.array_equal(prev.context_lens, nxt.start_pos)
+            )
+            and (nxt.placeholder is nxt.sample or nxt.placeholder.all())
         ):
             return np.arange(n, dtype=np.int64)
     out = np.full(n, -1, dtype=np.int64)
@@ -356,6 +302,16 @@ class Scheduler:
         self._log: list[tuple[np.ndarray, np.ndarray]] = []  # (idx, tokens) per update
         self.last_first_token_rids: list[int] = []  # rids whose output 0 the last update filled
         self.num_preemptions = 0
+        # steady decode state (see _schedule_steady); fast_path=False runs the general path only
+        self.fast_path = True
+        self._steady = False
+        self._steady_ctx = _EMPTY_I64
+        self._steady_fin = 0
+        self._steady_blk = 0
+        self._steady_kv = 0
+        self._steady_k = 0
+        self._steady_fields: dict[str, object] = {}
+        self._steady_no = _EMPTY_I64
 
     # ------------------------------------------------------------------ requests
 
@@ -482,6 +438,7 @@ class Scheduler:
 
     def request(self, rid: int) -> RequestState:
         i = self._index[rid]
+        self._sync_steady()
         return RequestState(
             rid=rid,
             arrival_s=float(self._arrival[i]),
@@ -503,6 +460,12 @@ class Scheduler:
 
     def schedule(self, now_s: float = math.inf) -> Batch | None:
         """The next batch, or None when nothing can run now (see ``next_arrival_s``)."""
+        if self._steady and self.fast_path:
+            batch = self._schedule_steady(now_s)
+            if batch is not None:
+                return batch
+        self._sync_steady()
+        self._steady = False
         run = self._run
         budget = self.max_batch_tokens
         preempted = False
@@ -537,7 +500,13 @@ class Scheduler:
         adm: list[int] = []
         adm_q: list[int] = []
         waiting = self._waiting
-        if waiting and not preempted and budget > 0 and run.size < self.batch_size:
+        # a step that preempted admits nobody (no thrashing), unless nothing else runs
+        if (
+            waiting
+            and (not preempted or not run_sel.size)
+            and budget > 0
+            and run.size < self.batch_size
+        ):
             n_run = int(run.size)
             while waiting and n_run < self.batch_size and budget > 0:
                 i = waiting[0]
@@ -685,29 +654,158 @@ class Scheduler:
         step = self._step
         self._step = step + 1
         num_prefill = n - num_decode
-        return Batch(
+        fields = {
+            "idx": idx,
+            "rids": self._rid[idx],
+            "query_lens": q,
+            "prompt_lens": plen,
+            "num_requests": n,
+            "kind": "decode" if num_prefill == 0 else ("prefill" if num_decode == 0 else "mixed"),
+            "num_prefill": num_prefill,
+            "num_decode": num_decode,
+            "num_samples": int(sidx.size),
+            "block_size": self.block_size,
+            "sample": sample,
+            "sample_idx": sidx,
+            "finishing": finishing,
+            "_seg": self._seg[idx],
+        }
+        batch = Batch(
             step=step,
-            idx=idx,
-            rids=self._rid[idx],
-            query_lens=q,
             start_pos=start,
             context_lens=ctx,
-            sample=sample,
             placeholder=placeholder,
             input_ids=input_ids,
             query_tokens=query_tokens,
             kv_tokens=int(ctx.sum()),
-            num_prefill=num_prefill,
-            num_decode=num_decode,
-            num_samples=int(sidx.size),
-            kind="decode" if num_prefill == 0 else ("prefill" if num_decode == 0 else "mixed"),
-            block_size=self.block_size,
-            sample_idx=sidx,
-            prompt_lens=plen,
-            finishing=finishing,
             _flat=self._flat,
-            _seg=self._seg[idx],
+            **fields,
         )
+        # every running request sampled: the next steps are pure decode of the survivors,
+        # which _schedule_steady runs without recomputing what stays put
+        self._steady = False
+        if all_sample and idx.size == run.size + finishing.size:
+            keep = None if not finishing.size else self._state[idx] == RUNNING
+            self._enter_steady(idx, fields, ctx, keep)
+        return batch
+
+    def _enter_steady(
+        self, idx: np.ndarray, fields: dict, ctx: np.ndarray, keep: np.ndarray | None
+    ) -> None:
+        """Remember the arrays that stay put while the requests ``idx[keep]`` decode."""
+        rids, plen, seg = fields["rids"], fields["prompt_lens"], fields["_seg"]
+        if keep is not None:
+            idx, rids, plen, seg, ctx = idx[keep], rids[keep], plen[keep], seg[keep], ctx[keep]
+        n = idx.size
+        if n == 0:
+            return
+        ones = np.ones(n, dtype=np.int64)
+        steady = {
+            "idx": idx,
+            "rids": rids,
+            "query_lens": ones,
+            "prompt_lens": plen,
+            "num_requests": n,
+            "kind": "decode",
+            "num_prefill": 0,
+            "num_decode": n,
+            "num_samples": n,
+            "block_size": self.block_size,
+            "sample": ones.astype(bool),
+            "sample_idx": idx,
+            "finishing": _EMPTY_I64,
+            "_seg": seg,
+        }
+        for v in steady.values():
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+        self._steady = True
+        self._steady_fields = steady
+        self._steady_no = _frozen(np.zeros(n, dtype=bool))
+        self._steady_ctx = ctx
+        self._steady_k = 0
+        self._steady_fin = int((self._maxnew[idx] - self._nsched[idx]).min())
+        self._steady_blk = int((self._nblk[idx] * self.block_size - ctx).min())
+        self._steady_kv = int(ctx.sum())
+
+    def _schedule_steady(self, now_s: float) -> Batch | None:
+        """Steady decode: the same running requests as the last batch, one token each, nobody
+        to admit, nobody finishing. Produces exactly what the general path would (the tests
+        compare both); returns None, changing nothing, when the general path is needed. The
+        per-request counters (_computed, _nsched) of the running requests are written back
+        lazily by _sync_steady before anything else reads them."""
+        run = self._run
+        n = run.size
+        start = self._steady_ctx
+        fields = self._steady_fields
+        cnt = 0
+        if self._steady_blk <= 0:  # some request's next token opens a new block
+            bs = self.block_size
+            nblk = self._nblk[run]
+            m = start == nblk * bs
+            cnt = int(np.count_nonzero(m))
+            if cnt > self.kv.num_free:
+                return None  # preemption: the general path
+        w = self._waiting
+        if w and n < self.batch_size and self.max_batch_tokens > n:
+            i = w[0]
+            if self._arrival[i] <= now_s and self._nfilled[i] == self._nsched[i]:
+                # the general path would admit the head if its first chunk's blocks fit
+                budget = self.max_batch_tokens - n
+                total = int(self._plen[i] + self._nsched[i])
+                if total <= budget or self.chunked_prefill or total > self.max_batch_tokens:
+                    qi = min(total, budget)
+                    if self.kv.blocks_needed(qi) <= self.kv.num_free - cnt:
+                        return None
+        if cnt:
+            self._flat[fields["_seg"][m] + nblk[m]] = self.kv.allocate(cnt)
+            nblk = nblk + m
+            self._nblk[run] = nblk
+            self._steady_blk = int((nblk * bs - start).min())
+        ctx = start + 1
+        self._steady_ctx = ctx
+        self._steady_k += 1
+        self._steady_fin -= 1
+        self._steady_blk -= 1
+        self._steady_kv += n
+        step = self._step
+        self._step = step + 1
+        batch = Batch.__new__(Batch)
+        d = batch.__dict__
+        d.update(fields)
+        d["step"] = step
+        d["start_pos"] = start
+        d["context_lens"] = ctx
+        d["query_tokens"] = n
+        d["kv_tokens"] = self._steady_kv
+        d["_flat"] = self._flat
+        if self._next_update == step:  # the previous batch is updated: real tokens
+            d["input_ids"] = self._lasttok[run]
+            d["placeholder"] = self._steady_no
+        else:  # its outputs are pending: placeholders the carry-over fills
+            d["input_ids"] = np.zeros(n, dtype=np.int64)
+            d["placeholder"] = fields["sample"]
+        if self._steady_fin <= 0:  # someone's last output: it leaves the running queue
+            self._sync_steady()
+            done = self._nsched[run] == self._maxnew[run]
+            finishing = run[done]
+            self._state[finishing] = DRAINING
+            self._draining += int(finishing.size)
+            d["finishing"] = finishing
+            keep = ~done
+            self._run = run[keep]
+            self._steady = False
+            self._enter_steady(run, fields, ctx, keep)
+        return batch
+
+    def _sync_steady(self) -> None:
+        """Write back the counters the steady path left pending."""
+        k = self._steady_k
+        if k:
+            run = self._run
+            self._nsched[run] += k
+            self._computed[run] = self._steady_ctx
+            self._steady_k = 0
 
     def _build_inputs(
         self,
@@ -775,7 +873,9 @@ class Scheduler:
                 f"{self._next_update}"
             )
         idx = batch.sample_idx
-        tok = np.array(tokens, dtype=np.int64).reshape(-1)  # a copy: callers reuse buffers
+        tok = np.array(tokens, dtype=np.int64)  # a copy: callers reuse their buffers
+        if tok.ndim != 1:
+            tok = tok.reshape(-1)
         if tok.size != idx.size:
             raise ValueError(
                 f"update of step {batch.step}: {tok.size} tokens for {idx.size} sampled positions"
@@ -815,7 +915,9 @@ class Scheduler:
     def _retire(self, i: int, step: int, reason: int) -> None:
         st = self._state[i]
         if st == RUNNING:
+            self._sync_steady()
             self._run = self._run[self._run != i]
+            self._steady = False
         elif st == WAITING:
             self._waiting.remove(i)
         elif st == DRAINING:

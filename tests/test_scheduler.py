@@ -459,3 +459,71 @@ def test_default_workload_decode_shape():
     assert batches[0].kind == "prefill" and batches[0].query_tokens == 32 * 256
     assert all(b.kind == "decode" and len(b) == 32 for b in batches[1:])
     check_all_done(sched, reqs, {})
+
+
+BATCH_FIELDS = (
+    "step",
+    "rids",
+    "query_lens",
+    "start_pos",
+    "context_lens",
+    "prompt_lens",
+    "sample",
+    "placeholder",
+    "input_ids",
+    "positions",
+    "slot_mapping",
+    "logits_indices",
+    "query_tokens",
+    "kv_tokens",
+    "num_prefill",
+    "num_decode",
+    "num_samples",
+    "kind",
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.booleans(), st.booleans(), st.data())
+def test_steady_decode_fast_path_matches_the_general_path(wl, overlap, eos, data):
+    w, reqs = wl
+    w.ignore_eos = not eos
+    eos_at = {r.rid: data.draw(st.integers(0, r.max_new_tokens + 2)) for r in reqs} if eos else {}
+    runs = []
+    for fast in (True, False):
+        sched = Scheduler(w, eos_token_id=EOS)
+        sched.fast_path = fast
+        runs.append((sched, drive(sched, reqs, overlap, eos_at)))
+    (fast_s, fast_b), (slow_s, slow_b) = runs
+    assert len(fast_b) == len(slow_b)
+    for a, b in zip(fast_b, slow_b):
+        for f in BATCH_FIELDS:
+            assert np.array_equal(getattr(a, f), getattr(b, f)), (a.step, f)
+        assert all(np.array_equal(x, y) for x, y in zip(a.block_tables, b.block_tables))
+    for r in reqs:
+        x, y = fast_s.request(r.rid), slow_s.request(r.rid)
+        assert np.array_equal(x.outputs, y.outputs)
+        assert (x.first_token_step, x.finish_step, x.finish_reason, x.num_preemptions) == (
+            y.first_token_step,
+            y.finish_step,
+            y.finish_reason,
+            y.num_preemptions,
+        )
+    check_all_done(fast_s, reqs, eos_at)
+
+
+def test_fast_path_is_taken_in_steady_decode():
+    w = WorkloadConfig(batch_size=4, prompt_len=8, gen_len=40, kv_block_size=4)
+    reqs = make_requests(w, 100)
+    sched = Scheduler(w, default_num_kv_blocks(w, reqs))
+    calls = {"general": 0}
+    general = sched._commit
+
+    def counting(*a):
+        calls["general"] += 1
+        return general(*a)
+
+    sched._commit = counting
+    drive(sched, reqs, overlap=True)
+    assert calls["general"] == 1  # the prefill; the rest, finishing steps too, is steady
+    check_all_done(sched, reqs, {})
