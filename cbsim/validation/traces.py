@@ -89,7 +89,7 @@ def load(paths: list[Path]) -> list[Recorded]:
         try:
             out.append(Recorded(p, read_trace(p)))
         except TraceError as exc:
-            raise ConfigError(f"trace {p}: {exc}") from None
+            raise ConfigError(str(exc)) from None
     return out
 
 
