@@ -1,0 +1,180 @@
+"""The run's story in three charts: where the time went, step time, and each step's make-up."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from cbsim.report.frames import RunFrames
+from cbsim.report.timeline import PHASE_COLORS
+
+GPU_COLOR = PHASE_COLORS["graph_replay"]
+EXPOSED_COLOR = PHASE_COLORS["GPU idle"]
+ENGINE_COLORS = {"sync": "#d62728", "async": "#1f77b4"}
+# above this many steps the stacked view shows means over groups of steps
+MAX_BARS = 400
+
+
+def time_split_figure(runs: list[RunFrames]) -> go.Figure:
+    """Per engine, the run's wall time split into GPU busy and GPU idle (one bar each)."""
+    names = [r.engine for r in runs]
+    idle_s = [float(r.idle["dur_us"].sum()) / 1e6 for r in runs]
+    total_s = [r.total_ms / 1e3 for r in runs]
+    busy_s = [t - i for t, i in zip(total_s, idle_s)]
+    share = [i / t if t > 0 else 0.0 for i, t in zip(idle_s, total_s)]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            y=names,
+            x=busy_s,
+            orientation="h",
+            name="GPU busy",
+            marker_color=GPU_COLOR,
+            text=[f"busy {1 - s:.1%}" for s in share],
+            textposition="inside",
+            hovertemplate="%{y}: GPU busy %{x:.3f} s<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            y=names,
+            x=idle_s,
+            orientation="h",
+            name="GPU idle (waiting for the CPU)",
+            marker_color=EXPOSED_COLOR,
+            text=[f"idle {s:.1%}" for s in share],
+            textposition="outside",
+            cliponaxis=False,
+            hovertemplate="%{y}: GPU idle %{x:.3f} s<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        barmode="stack",
+        height=110 + 45 * len(runs),
+        margin=dict(l=60, r=90, t=30, b=40),
+        xaxis_title="wall time (s)",
+        yaxis=dict(autorange="reversed"),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+    )
+    return fig
+
+
+def step_time_figure(runs: list[RunFrames]) -> go.Figure:
+    """Step time over the run per engine, with the GPU's share of each step dotted."""
+    fig = go.Figure()
+    for r in runs:
+        s = r.steps
+        color = ENGINE_COLORS.get(r.engine, "#2ca02c")
+        fig.add_trace(
+            go.Scatter(
+                x=s["step"].to_numpy(int),
+                y=s["step_ms"].to_numpy(float),
+                mode="lines",
+                name=f"{r.engine}: step time",
+                line=dict(color=color, width=1.5),
+                hovertemplate="step %{x}: %{y:.3f} ms<extra>" + r.engine + "</extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=s["step"].to_numpy(int),
+                y=s["gpu_ms"].to_numpy(float),
+                mode="lines",
+                name=f"{r.engine}: GPU busy in the step",
+                line=dict(color=color, width=1, dash="dot"),
+                hovertemplate="step %{x}: GPU busy %{y:.3f} ms<extra>" + r.engine + "</extra>",
+            )
+        )
+    fig.update_layout(
+        height=320,
+        margin=dict(l=60, r=20, t=30, b=45),
+        xaxis_title="step",
+        yaxis_title="ms",
+        yaxis_rangemode="tozero",
+        hovermode="x unified",
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+    )
+    return fig
+
+
+def binned_steps(steps: pd.DataFrame, max_bars: int = MAX_BARS) -> tuple[pd.DataFrame, int]:
+    """Means over groups of consecutive steps, so the bar count stays bounded."""
+    n = len(steps)
+    size = max(1, int(np.ceil(n / max_bars)))
+    if size == 1:
+        out = steps.assign(first=steps["step"], last=steps["step"])
+        return out, 1
+    group = np.arange(n) // size
+    out = steps.groupby(group).agg(
+        first=("step", "min"),
+        last=("step", "max"),
+        gpu_ms=("gpu_ms", "mean"),
+        exposed_ms=("exposed_ms", "mean"),
+    )
+    return out, size
+
+
+def stacked_steps_figure(runs: list[RunFrames]) -> go.Figure:
+    """Each step (or group of steps): GPU busy under the time the GPU waited for the CPU."""
+    titles = []
+    binned = []
+    for r in runs:
+        b, size = binned_steps(r.steps)
+        binned.append(b)
+        per = "per step" if size == 1 else f"mean per step over groups of {size} steps"
+        titles.append(f"{r.engine}: GPU busy vs CPU exposed, {per}")
+    fig = make_subplots(
+        rows=len(runs),
+        cols=1,
+        shared_xaxes=True,
+        shared_yaxes=True,
+        subplot_titles=titles,
+        vertical_spacing=0.18 if len(runs) > 1 else 0.1,
+    )
+    for i, (r, b) in enumerate(zip(runs, binned), start=1):
+        label = [f"{a}" if a == z else f"{a}-{z}" for a, z in zip(b["first"], b["last"])]
+        x = b["first"].to_numpy(int)
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=b["gpu_ms"].to_numpy(float),
+                name="GPU busy",
+                marker_color=GPU_COLOR,
+                customdata=label,
+                showlegend=i == 1,
+                legendgroup="gpu",
+                marker_line_width=0,
+                hovertemplate="steps %{customdata}: GPU %{y:.3f} ms<extra>" + r.engine + "</extra>",
+            ),
+            row=i,
+            col=1,
+        )
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=b["exposed_ms"].to_numpy(float),
+                name="CPU exposed (GPU idle)",
+                marker_color=EXPOSED_COLOR,
+                customdata=label,
+                showlegend=i == 1,
+                legendgroup="exposed",
+                marker_line_width=0,
+                hovertemplate="steps %{customdata}: exposed %{y:.3f} ms<extra>"
+                + r.engine
+                + "</extra>",
+            ),
+            row=i,
+            col=1,
+        )
+        fig.update_yaxes(title_text="ms", rangemode="tozero", row=i, col=1)
+    fig.update_xaxes(title_text="step", row=len(runs), col=1)
+    fig.update_layout(
+        barmode="stack",
+        bargap=0.05,
+        height=120 + 230 * len(runs),
+        margin=dict(l=60, r=20, t=50, b=45),
+        legend=dict(orientation="h", y=1.06, yanchor="bottom", x=0),
+    )
+    return fig

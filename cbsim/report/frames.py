@@ -1,0 +1,167 @@
+"""Tables the report draws, computed from a trace alone (times in ms from the run's start)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from cbsim.trace import schema as S
+from cbsim.trace.model import Trace
+
+IDLE_ROW = "GPU idle"
+# top to bottom; the idle row sits under the compute stream it belongs to
+ROW_ORDER = (S.HOST, S.H2D, S.COMPUTE, IDLE_ROW, S.D2H, S.DEFAULT)
+# a detail window spans this many steps
+WINDOW_STEPS = 6
+
+
+@dataclass
+class RunFrames:
+    """One engine's run, ready to draw."""
+
+    engine: str
+    spans: pd.DataFrame  # lane, name, ts_ms, end_ms, dur_us, step, slot, requests, ...
+    idle: pd.DataFrame  # ts_ms, end_ms, dur_us: intervals the GPU lane executes nothing
+    steps: pd.DataFrame  # step, end_ms, step_ms, gpu_ms, exposed_ms
+    hazards: pd.DataFrame  # ts_ms, lane, kind, step, slot, detail
+    rows: list[str]  # timeline rows present, top to bottom
+    gpu_lane: str
+    total_ms: float
+
+
+def gpu_lane_of(spans: pd.DataFrame) -> str:
+    """The compute stream, or the legacy default stream when everything ran there (as metrics)."""
+    lanes = set(spans["lane"])
+    return S.DEFAULT if S.COMPUTE not in lanes and S.DEFAULT in lanes else S.COMPUTE
+
+
+def union_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge possibly overlapping intervals into disjoint sorted blocks."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    running = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > running[:-1]
+    ids = np.cumsum(new) - 1
+    block_end = np.full(ids[-1] + 1, -np.inf)
+    np.maximum.at(block_end, ids, e)
+    return s[new], block_end
+
+
+def idle_gaps(busy: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
+    """The complement of the busy intervals inside [start, end]."""
+    s, e = union_intervals(busy["ts_ms"].to_numpy(float), busy["end_ms"].to_numpy(float))
+    gap_s = np.concatenate([[start], e])
+    gap_e = np.concatenate([s, [end]])
+    keep = gap_e - gap_s > 1e-9
+    out = pd.DataFrame({"ts_ms": gap_s[keep], "end_ms": gap_e[keep]})
+    out["dur_us"] = (out["end_ms"] - out["ts_ms"]) * 1e3
+    return out
+
+
+def busy_before(blocks_s: np.ndarray, blocks_e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time (ms) of disjoint sorted blocks up to each time in t."""
+    if len(blocks_s) == 0:
+        return np.zeros(len(t))
+    cum = np.concatenate([[0.0], np.cumsum(blocks_e - blocks_s)])
+    i = np.searchsorted(blocks_s, t, side="right")  # blocks starting at or before t
+    partial = np.where(
+        i > 0, np.minimum(t, blocks_e[np.maximum(i - 1, 0)]) - blocks_s[np.maximum(i - 1, 0)], 0.0
+    )
+    return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(partial, 0.0)
+
+
+def step_table(gpu: pd.DataFrame, start: float) -> pd.DataFrame:
+    """Per step: its time (between forward ends, as metrics), GPU busy in it, and the rest."""
+    fwd = gpu[gpu["name"].isin(S.FORWARD_NAMES)]
+    if fwd.empty:
+        return pd.DataFrame(columns=["step", "end_ms", "step_ms", "gpu_ms", "exposed_ms"])
+    ends = fwd.groupby("step")["end_ms"].max().sort_values()
+    end_ms = ends.to_numpy(float)
+    prev = np.concatenate([[start], end_ms[:-1]])
+    bs, be = union_intervals(gpu["ts_ms"].to_numpy(float), gpu["end_ms"].to_numpy(float))
+    gpu_ms = busy_before(bs, be, end_ms) - busy_before(bs, be, prev)
+    step_ms = end_ms - prev
+    return pd.DataFrame(
+        {
+            "step": ends.index.to_numpy(int),
+            "end_ms": end_ms,
+            "step_ms": step_ms,
+            "gpu_ms": gpu_ms,
+            "exposed_ms": np.maximum(step_ms - gpu_ms, 0.0),
+        }
+    )
+
+
+def run_frames(engine: str, trace: Trace) -> RunFrames:
+    spans = trace.spans
+    spans = spans[spans["lane"] != S.REQUESTS]
+    inst = trace.instants
+    t0 = float(spans["ts"].min()) if not spans.empty else 0.0
+    t1 = float(spans["end"].max()) if not spans.empty else 0.0
+    if not inst.empty:
+        t0, t1 = min(t0, float(inst["ts"].min())), max(t1, float(inst["ts"].max()))
+    df = pd.DataFrame(
+        {
+            "lane": spans["lane"].to_numpy(),
+            "name": spans["name"].to_numpy(),
+            "ts_ms": (spans["ts"].to_numpy(float) - t0) / 1e3,
+            "end_ms": (spans["end"].to_numpy(float) - t0) / 1e3,
+            "dur_us": spans["dur"].to_numpy(float),
+        }
+    )
+    for col in (*S.SPAN_ARGS, "new_tokens"):
+        df[col] = spans[col].to_numpy()
+    total_ms = (t1 - t0) / 1e3
+    lane = gpu_lane_of(df)
+    gpu = df[df["lane"] == lane]
+    idle = idle_gaps(gpu, 0.0, total_ms)
+    present = set(df["lane"])
+    rows = [r for r in ROW_ORDER if r in present or (r == IDLE_ROW and not df.empty)]
+    return RunFrames(
+        engine=engine,
+        spans=df,
+        idle=idle,
+        steps=step_table(gpu, 0.0),
+        hazards=hazard_table(inst, t0),
+        rows=rows,
+        gpu_lane=lane,
+        total_ms=total_ms,
+    )
+
+
+def hazard_table(inst: pd.DataFrame, t0: float) -> pd.DataFrame:
+    cols = ["ts_ms", "lane", "kind", "step", "slot", "detail"]
+    if inst.empty or "cat" not in inst:
+        return pd.DataFrame(columns=cols)
+    h = inst[inst["cat"] == S.HAZARD]
+    out = pd.DataFrame({"ts_ms": (h["ts"].astype(float) - t0) / 1e3, "lane": h["lane"]})
+    for col in cols[2:]:
+        out[col] = h[col] if col in h else ""
+    return out.reset_index(drop=True)
+
+
+def detail_windows(
+    steps: pd.DataFrame, spans: pd.DataFrame, width: int = WINDOW_STEPS
+) -> list[tuple[str, float, float]]:
+    """(label, start ms, end ms) of the first steps, a steady-state window and the end."""
+    if spans.empty:
+        return []
+    if steps.empty or len(steps) <= 3 * width:
+        return [("whole run", 0.0, float(spans["end_ms"].max()))]
+    n = len(steps)
+    mid = n // 2 - width // 2
+    picks = [("first steps", 0), ("steady state", mid), ("end", n - width)]
+    out = []
+    ends = steps["end_ms"].to_numpy(float)
+    numbers = steps["step"].to_numpy(int)
+    for label, i in picks:
+        start = 0.0 if i == 0 else ends[i - 1]
+        end = ends[i + width - 1] if i + width < n else float(spans["end_ms"].max())
+        out.append((f"{label}: steps {numbers[i]}-{numbers[i + width - 1]}", start, end))
+    return out

@@ -1,0 +1,119 @@
+"""A self-contained HTML page: plotly.js inline, figures as embedded JSON, no network request.
+
+Every figure is a <div class="cbsim-plot"> followed by its JSON in a <script type="application/json">;
+one script at the end draws them all and then sets ``window.cbsimReady = true`` (the browser test
+waits for it; a failure is logged to the console, which the test treats as an error).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import lru_cache
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+PLOTLY_CONFIG = {
+    "displaylogo": False,
+    "responsive": True,
+    "scrollZoom": True,
+    "modeBarButtonsToRemove": ["select2d", "lasso2d"],
+}
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
+       max-width: 1400px; padding: 0 24px 40px; color: #222; }
+h1 { font-size: 1.5em; margin: 18px 0 4px; } h2 { font-size: 1.15em; margin: 26px 0 6px; }
+p.lead { font-size: 1.05em; margin: 4px 0 10px; }
+.note { color: #555; font-size: 0.9em; }
+.grid { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
+table { border-collapse: collapse; font-size: 0.88em; }
+th, td { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+thead th { background: #f4f4f4; }
+td.bad { color: #b00; font-weight: 600; } td.good { color: #176317; font-weight: 600; }
+code { background: #f4f4f4; padding: 1px 4px; border-radius: 3px; }
+.cbsim-plot { width: 100%; }
+"""
+
+RENDER_JS = """
+(function () {
+  const plots = Array.from(document.querySelectorAll('.cbsim-plot'));
+  const config = %s;
+  const t0 = performance.now();
+  Promise.all(plots.map(function (div) {
+    const fig = JSON.parse(document.getElementById(div.id + '-data').textContent);
+    return Plotly.newPlot(div, fig.data, fig.layout, config);
+  })).then(function () {
+    window.cbsimRenderMs = performance.now() - t0;
+    window.cbsimReady = true;
+    document.body.setAttribute('data-ready', '1');
+  }).catch(function (err) { console.error('cbsim report: a plot failed to draw: ' + err); });
+})();
+"""
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+class Page:
+    """Collects sections and figures, then renders one HTML document."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.parts: list[str] = []
+        self._n = 0
+
+    def add(self, markup: str) -> None:
+        self.parts.append(markup)
+
+    def heading(self, text: str, level: int = 2, anchor: str = "") -> None:
+        ident = f' id="{esc(anchor)}"' if anchor else ""
+        self.parts.append(f"<h{level}{ident}>{esc(text)}</h{level}>")
+
+    def para(self, markup: str, cls: str = "") -> None:
+        self.parts.append(f'<p class="{cls}">{markup}</p>' if cls else f"<p>{markup}</p>")
+
+    def figure(self, fig: go.Figure, name: str) -> None:
+        self._n += 1
+        ident = f"fig-{self._n}-{name}"
+        fig.update_layout(template="plotly_white", font=dict(size=12))
+        data = pio.to_json(fig, validate=False, engine="json").replace("</", "<\\/")
+        self.parts.append(
+            f'<div class="cbsim-plot" id="{ident}"></div>\n'
+            f'<script type="application/json" id="{ident}-data">{data}</script>'
+        )
+
+    def render(self) -> str:
+        body = "\n".join(self.parts)
+        js = RENDER_JS % json.dumps(PLOTLY_CONFIG) if self._n else ""
+        return (
+            '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{esc(self.title)}</title>\n<style>{CSS}</style>\n"
+            f"<script>{plotly_js()}</script>\n</head>\n<body>\n{body}\n"
+            f"<script>{js}</script>\n</body>\n</html>\n"
+        )
+
+
+def table(header: list[str], rows: list[list[Any]], classes: list[list[str]] | None = None) -> str:
+    """An HTML table; cells are escaped, classes (same shape as rows) style single cells."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        cells = []
+        for j, cell in enumerate(row):
+            cls = classes[i][j] if classes and classes[i][j] else ""
+            attr = f' class="{cls}"' if cls else ""
+            cells.append(f"<td{attr}>{esc(cell)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

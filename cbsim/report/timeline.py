@@ -1,0 +1,456 @@
+"""Timelines: the whole run as WebGL segments, and chosen windows in full detail.
+
+The overview draws every span as a line segment in a WebGL trace per (lane, phase), so 10^5 spans
+open in a second and stay zoomable; hover shows the step and duration at a segment's ends. The
+detail figure draws a few windows (first steps, steady state, end) as SVG bars with every field.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from cbsim.report.frames import (
+    IDLE_ROW,
+    RunFrames,
+    busy_before,
+    detail_windows,
+    union_intervals,
+)
+from cbsim.trace import schema as S
+
+PHASE_COLORS = {
+    S.SCHEDULE: "#9ecae1",
+    S.PREPARE: "#3182bd",
+    S.LAUNCH: "#08306b",
+    S.WAIT: "#c7c7c7",
+    S.UPDATE: "#31a354",
+    S.COPY_H2D: "#fd8d3c",
+    S.CARRY_OVER: "#e377c2",
+    S.GRAPH_REPLAY: "#6a51a3",
+    S.FORWARD: "#3f007d",
+    S.COPY_D2H: "#8c6d31",
+    IDLE_ROW: "#d62728",
+}
+OTHER_COLORS = ("#17becf", "#bcbd22", "#7f7f7f", "#ff9896", "#98df8a", "#c5b0d5")
+ROW_PX = 30  # height of one timeline row
+SEGMENT_PX = 16  # thickness of a span in the overview
+# The overview draws up to BAR_BUDGET spans as SVG bars (every field in the hover), up to
+# SEGMENT_BUDGET as WebGL segments, and above that time bins: in headless Chromium without a GPU
+# (software WebGL) each WebGL vertex costs time, and 10^5 spans took 15 s to draw; bins take 1.
+BAR_BUDGET = 3_000
+SEGMENT_BUDGET = 8_000
+AGGREGATE_BINS = 1500
+LEVELS = 4  # busy-share bands per phase colour in the binned overview
+
+
+def color_of(name: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 (a stable palette)
+    if name in PHASE_COLORS:
+        return PHASE_COLORS[name]
+    return _cache.setdefault(name, OTHER_COLORS[len(_cache) % len(OTHER_COLORS)])
+
+
+def _row_y(rows: list[str]) -> dict[str, int]:
+    return {r: len(rows) - 1 - i for i, r in enumerate(rows)}
+
+
+def _segments(ts: np.ndarray, end: np.ndarray, *cols: np.ndarray):
+    """x as start, end, NaN per span (NaN breaks the line) and per-vertex custom data."""
+    n = len(ts)
+    x = np.empty(3 * n)
+    x[0::3], x[1::3], x[2::3] = ts, end, np.nan
+    data = np.zeros((3 * n, len(cols)), dtype=np.float32)
+    for j, c in enumerate(cols):
+        data[0::3, j] = data[1::3, j] = data[2::3, j] = c
+    return x, data
+
+
+def _yaxis(fig: go.Figure, rows: list[str], row: int, col: int = 1) -> None:
+    ys = _row_y(rows)
+    fig.update_yaxes(
+        tickvals=list(ys.values()),
+        ticktext=list(ys),
+        range=[-0.6, len(rows) - 0.4],
+        fixedrange=True,
+        showgrid=False,
+        zeroline=False,
+        row=row,
+        col=col,
+    )
+
+
+def overview_figure(runs: list[RunFrames]) -> go.Figure:
+    """All engines one above the other on one time axis (ms since each run's start).
+
+    Small runs are drawn span by span (bars, then WebGL segments); above SEGMENT_BUDGET spans each
+    row shows, per time bin, the phase that filled most of the bin and the GPU idle share.
+    """
+    style = overview_style(runs)
+    titles = [f"{r.engine}: {r.total_ms / 1e3:.3f} s, GPU idle {_idle_share(r):.1%}" for r in runs]
+    heights = [max(len(r.rows), 1) for r in runs]
+    fig = make_subplots(
+        rows=len(runs),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=titles,
+        row_heights=heights,
+        vertical_spacing=0.12 if len(runs) > 1 else 0.05,
+    )
+    shown: set[str] = set()
+    bin_ms = max((r.total_ms for r in runs), default=0.0) / AGGREGATE_BINS
+    for i, run in enumerate(runs, start=1):
+        if style == "bins" and bin_ms > 0:
+            aggregate_rows(fig, run, i, bin_ms, shown)
+        elif style == "segments":
+            segment_rows(fig, run, i, shown)
+        else:
+            bar_rows(fig, run, i, shown)
+        if len(run.hazards):
+            _add_hazards(fig, run, _row_y(run.rows), i, shown)
+        _yaxis(fig, run.rows, i)
+    fig.update_xaxes(title_text="time since the run's start (ms)", row=len(runs), col=1)
+    height = sum(heights) * ROW_PX + 110 * len(runs) + 100
+    fig.update_layout(
+        height=height,
+        margin=dict(l=90, r=20, t=40, b=90),
+        hovermode="closest",
+        barmode="overlay",
+        legend=dict(orientation="h", y=-50 / (height - 130), yanchor="top"),
+        dragmode="zoom",
+    )
+    return fig
+
+
+def overview_style(runs: list[RunFrames]) -> str:
+    """ "bars", "segments" or "bins", by the number of spans of all runs together."""
+    n = sum(len(r.spans) + len(r.idle) for r in runs)
+    return "bars" if n <= BAR_BUDGET else "segments" if n <= SEGMENT_BUDGET else "bins"
+
+
+def bar_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str]) -> None:
+    ys = _row_y(run.rows)
+    for name, g in run.spans.groupby("name", sort=False):
+        _add_bars(fig, row, 1, g, ys, str(name), run.engine, shown)
+        _legend_entry(fig, str(name), shown)
+    if len(run.idle) and IDLE_ROW in ys:
+        _add_bars(fig, row, 1, _idle_spans(run.idle), ys, IDLE_ROW, run.engine, shown)
+        _legend_entry(fig, IDLE_ROW, shown)
+
+
+def _idle_spans(idle: pd.DataFrame) -> pd.DataFrame:
+    return idle.assign(
+        lane=IDLE_ROW,
+        step=-1,
+        slot=-1,
+        requests=0,
+        query_tokens=0,
+        kv_tokens=0,
+        kind="GPU executes nothing",
+    )
+
+
+def segment_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str]) -> None:
+    ys = _row_y(run.rows)
+    for (lane, name), g in run.spans.groupby(["lane", "name"], sort=False):
+        if lane not in ys:
+            continue
+        x, cd = _segments(
+            g["ts_ms"].to_numpy(),
+            g["end_ms"].to_numpy(),
+            g["step"].to_numpy(),
+            g["dur_us"].to_numpy(),
+        )
+        _add_segments(
+            fig,
+            row,
+            x,
+            ys[lane],
+            cd,
+            str(name),
+            run.engine,
+            shown,
+            "step %{customdata[0]}<br>%{customdata[1]:.1f} µs",
+        )
+    if len(run.idle) and IDLE_ROW in ys:
+        x, cd = _segments(
+            run.idle["ts_ms"].to_numpy(),
+            run.idle["end_ms"].to_numpy(),
+            run.idle["dur_us"].to_numpy(),
+        )
+        _add_segments(
+            fig,
+            row,
+            x,
+            ys[IDLE_ROW],
+            cd,
+            IDLE_ROW,
+            run.engine,
+            shown,
+            "GPU executes nothing for %{customdata[0]:.1f} µs",
+        )
+
+
+def occupancy(ts: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Busy time of the intervals inside each bin between consecutive edges."""
+    s, e = union_intervals(ts, end)
+    return np.diff(busy_before(s, e, edges))
+
+
+def aggregate_rows(
+    fig: go.Figure, run: RunFrames, row: int, bin_ms: float, shown: set[str]
+) -> None:
+    """Per lane, a one-row heatmap of the dominant phase per bin; the idle row as a red ramp."""
+    ys = _row_y(run.rows)
+    nbins = max(1, int(np.ceil(run.total_ms / bin_ms)))
+    edges = np.arange(nbins + 1) * bin_ms
+    centers = (edges[:-1] + edges[1:]) / 2
+    label = [f"{a:.2f}–{b:.2f} ms" for a, b in zip(edges[:-1], edges[1:])]
+    for lane, g in run.spans.groupby("lane", sort=False):
+        if lane not in ys:
+            continue
+        names = list(dict.fromkeys(g["name"]))
+        occ = (
+            np.stack(
+                [
+                    occupancy(p["ts_ms"].to_numpy(float), p["end_ms"].to_numpy(float), edges)
+                    for _, p in g.groupby("name", sort=False)
+                ]
+            )
+            / bin_ms
+        )
+        # colour: the phase that filled most of the bin, paler the less the lane was busy
+        busy = np.clip(occ.sum(axis=0), 0.0, 1.0)
+        level = np.clip(np.ceil(busy * LEVELS), 1, LEVELS) - 1
+        z = np.where(busy > 0, occ.argmax(axis=0) * LEVELS + level + 0.5, np.nan)
+        order = np.argsort(-occ, axis=0)[:3]
+        text = [
+            "<br>".join(f"{names[k]} {occ[k, j]:.1%}" for k in order[:, j] if occ[k, j] > 0)
+            for j in range(nbins)
+        ]
+        scale = _phase_scale(names)
+        for name in names:
+            _legend_entry(fig, name, shown)
+        fig.add_trace(
+            go.Heatmap(
+                x=centers,
+                y=[ys[lane]],
+                z=[z],
+                zmin=0,
+                zmax=len(names) * LEVELS,
+                colorscale=scale,
+                showscale=False,
+                customdata=[label],
+                text=[text],
+                ygap=4,
+                hovertemplate=f"<b>{lane}</b> %{{customdata}}<br>%{{text}}<extra>{run.engine}</extra>",
+            ),
+            row=row,
+            col=1,
+        )
+    if IDLE_ROW in ys and len(run.idle):
+        idle = (
+            occupancy(run.idle["ts_ms"].to_numpy(float), run.idle["end_ms"].to_numpy(float), edges)
+            / bin_ms
+        )
+        fig.add_trace(
+            go.Heatmap(
+                x=centers,
+                y=[ys[IDLE_ROW]],
+                z=[idle],
+                zmin=0,
+                zmax=1,
+                showscale=False,
+                ygap=4,
+                colorscale=[[0, "#ffffff"], [1, PHASE_COLORS[IDLE_ROW]]],
+                customdata=[label],
+                hovertemplate="<b>GPU idle</b> %{customdata}: %{z:.1%}<extra>"
+                + run.engine
+                + "</extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        _legend_entry(fig, IDLE_ROW, shown)
+
+
+def _mix(color: str, share: float) -> str:
+    """The colour mixed with white: share 1 is the colour itself."""
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return "rgb({},{},{})".format(*(round(255 - (255 - c) * share) for c in (r, g, b)))
+
+
+def _phase_scale(names: list[str]) -> list[list]:
+    """A discrete colour scale: LEVELS bands per phase, from pale (little busy) to full."""
+    n = len(names) * LEVELS
+    scale: list[list] = []
+    for k, name in enumerate(names):
+        for lv in range(LEVELS):
+            c = _mix(color_of(name), 0.25 + 0.75 * (lv + 1) / LEVELS)
+            i = k * LEVELS + lv
+            scale += [[i / n, c], [(i + 1) / n, c]]
+    return scale
+
+
+def _legend_entry(fig: go.Figure, name: str, shown: set[str]) -> None:
+    if name in shown:
+        return
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            name=name,
+            legendgroup=name,
+            marker=dict(symbol="square", size=12, color=color_of(name)),
+        )
+    )
+    shown.add(name)
+
+
+def _idle_share(run: RunFrames) -> float:
+    return float(run.idle["dur_us"].sum()) / 1e3 / run.total_ms if run.total_ms > 0 else 0.0
+
+
+def _add_segments(fig, row, x, y, cd, name, engine, shown, hover) -> None:
+    fig.add_trace(
+        go.Scattergl(
+            x=x,
+            y=np.full(len(x), y, dtype=np.int8),
+            customdata=cd,
+            mode="lines",
+            line=dict(color=color_of(name), width=SEGMENT_PX),
+            name=name,
+            legendgroup=name,
+            showlegend=name not in shown,
+            connectgaps=False,
+            hovertemplate=f"<b>{name}</b><br>{hover}<br>t=%{{x:.3f}} ms<extra>{engine}</extra>",
+        ),
+        row=row,
+        col=1,
+    )
+    shown.add(name)
+
+
+def _add_hazards(fig, run: RunFrames, ys: dict[str, int], row: int, shown: set[str]) -> None:
+    h = run.hazards
+    y = np.array([ys.get(lane, ys.get(S.HOST, 0)) for lane in h["lane"]]) + 0.35
+    cd = np.stack(
+        [
+            h["kind"].astype(str),
+            h["step"].astype(str),
+            h["slot"].astype(str),
+            h["detail"].astype(str),
+        ],
+        axis=1,
+    )
+    trace_type = go.Scattergl if len(h) > 2000 else go.Scatter
+    fig.add_trace(
+        trace_type(
+            x=h["ts_ms"].to_numpy(float),
+            y=y,
+            mode="markers",
+            name="hazard",
+            legendgroup="hazard",
+            showlegend="hazard" not in shown,
+            customdata=cd,
+            marker=dict(symbol="x", size=11, color="#000000", line=dict(width=1, color="#d62728")),
+            hovertemplate="<b>hazard %{customdata[0]}</b><br>step %{customdata[1]}, slot "
+            "%{customdata[2]}<br>%{customdata[3]}<extra></extra>",
+        ),
+        row=row,
+        col=1,
+    )
+    shown.add("hazard")
+
+
+def detail_figure(runs: list[RunFrames]) -> go.Figure | None:
+    """Chosen windows of each run as bars with every field in the hover."""
+    per_run = [detail_windows(r.steps, r.spans) for r in runs]
+    cols = max((len(w) for w in per_run), default=0)
+    if cols == 0:
+        return None
+    titles = []
+    for run, wins in zip(runs, per_run):
+        titles += [f"{run.engine} · {label}" for label, _, _ in wins] + [""] * (cols - len(wins))
+    fig = make_subplots(
+        rows=len(runs),
+        cols=cols,
+        subplot_titles=titles,
+        horizontal_spacing=0.04,
+        vertical_spacing=0.16 if len(runs) > 1 else 0.1,
+    )
+    shown: set[str] = set()
+    for i, (run, wins) in enumerate(zip(runs, per_run), start=1):
+        ys = _row_y(run.rows)
+        for j, (_, t0, t1) in enumerate(wins, start=1):
+            sp = run.spans[(run.spans["end_ms"] >= t0) & (run.spans["ts_ms"] <= t1)]
+            for name, g in sp.groupby("name", sort=False):
+                _add_bars(fig, i, j, g, ys, str(name), run.engine, shown)
+            idle = run.idle[(run.idle["end_ms"] >= t0) & (run.idle["ts_ms"] <= t1)]
+            if len(idle) and IDLE_ROW in ys:
+                _add_bars(fig, i, j, _idle_spans(idle), ys, IDLE_ROW, run.engine, shown)
+            fig.update_xaxes(range=[t0, t1], row=i, col=j)
+            _yaxis(fig, run.rows, i, j)
+            if j > 1:
+                fig.update_yaxes(showticklabels=False, row=i, col=j)
+    fig.update_xaxes(title_text="ms", row=len(runs))
+    fig.update_layout(
+        barmode="overlay",
+        bargap=0.25,
+        hovermode="closest",
+        height=len(runs) * (max(len(r.rows) for r in runs) * ROW_PX + 120) + 40,
+        margin=dict(l=90, r=20, t=40, b=50),
+        showlegend=False,
+    )
+    return fig
+
+
+def _add_bars(
+    fig,
+    row: int,
+    col: int,
+    g: pd.DataFrame,
+    ys: dict[str, int],
+    name: str,
+    engine: str,
+    shown: set[str],
+) -> None:
+    g = g[g["lane"].isin(list(ys))]
+    if g.empty:
+        return
+    cd = np.stack(
+        [
+            g["step"].astype(int),
+            g["slot"].astype(int),
+            g["requests"].astype(int),
+            g["query_tokens"].astype(int),
+            g["kv_tokens"].astype(int),
+            g["dur_us"].astype(float).round(2),
+            g["kind"].astype(str),
+        ],
+        axis=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            orientation="h",
+            y=[ys[lane] for lane in g["lane"]],
+            base=g["ts_ms"].to_numpy(float),
+            x=(g["end_ms"] - g["ts_ms"]).to_numpy(float),
+            marker_color=color_of(name),
+            name=name,
+            legendgroup=name,
+            showlegend=False,
+            customdata=cd,
+            width=0.7,
+            hovertemplate=(
+                f"<b>{name}</b> (%{{customdata[5]}} µs)<br>step %{{customdata[0]}}, slot "
+                "%{customdata[1]}<br>%{customdata[2]} requests, %{customdata[3]} query "
+                "tokens, %{customdata[4]} KV tokens<br>%{customdata[6]}<br>"
+                f"starts at %{{base:.3f}} ms<extra>{engine}</extra>"
+            ),
+        ),
+        row=row,
+        col=col,
+    )
