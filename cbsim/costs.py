@@ -187,6 +187,11 @@ class CostModel:
     def update_us(self, requests: int, tokens: int) -> float:
         return self.host.update.cost(requests, tokens)
 
+    def stall_us(self, update_index: int) -> float:
+        """The periodic host stall charged to the ``update_index``-th update (0-based)."""
+        every = self.host.stall_every_steps
+        return self.host.stall_us if every and (update_index + 1) % every == 0 else 0.0
+
     def launch_us(self, kernels: int, graph: bool, copies: int, event_ops: int) -> float:
         """Host time to enqueue one step: the kernels or one graph, the copies, the events."""
         h = self.host

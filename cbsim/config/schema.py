@@ -140,6 +140,10 @@ class HostCosts:
     event_us: float = 1.0
     # wake-up latency of a host blocked on an event after the GPU signals it
     sync_wake_us: float = 5.0
+    # a periodic host stall (Python's cyclic garbage collector, allocator trims): every
+    # `stall_every_steps`-th update takes `stall_us` longer; 0 = never (simulator only)
+    stall_us: float = 0.0
+    stall_every_steps: int = 0
 
     def __post_init__(self) -> None:
         for phase in ("schedule", "prepare", "update"):
@@ -153,6 +157,8 @@ class HostCosts:
             "copy_launch_us",
             "event_us",
             "sync_wake_us",
+            "stall_us",
+            "stall_every_steps",
         ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"hardware.host.{key}={getattr(self, key)} must be >= 0")

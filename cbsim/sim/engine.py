@@ -307,4 +307,11 @@ class SimEngine:
             self.n["requests_finished"] += 1
         self.last_updated = launched
         dur = self.costs.update_us(len(batch), batch.num_samples)
-        yield self._phase(S.UPDATE, dur, launched.args)
+        stall = self.costs.stall_us(self.n["updates"])
+        self.n["updates"] += 1
+        args = launched.args
+        if stall:
+            self.n["host_stalls"] += 1
+            self.n["host_stall_us"] += stall
+            args = {**args, "stall_us": stall}
+        yield self._phase(S.UPDATE, dur + stall, args)

@@ -85,6 +85,8 @@ def counters(sim: SimEngine) -> dict[str, Any]:
         "host_blocks_per_step": n["host_blocks"] / steps if steps else 0.0,
         "host_blocked_us": n["host_blocked_us"],
         "host_idle_us": n["idle_us"],
+        "host_stalls": n["host_stalls"],
+        "host_stall_us": n["host_stall_us"],
         "host_phase_us": dict(sorted(sim.host_us.items())),
         "gpu_lane": gpu_lane,
         "gpu_busy_us": busy,
