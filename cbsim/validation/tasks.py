@@ -57,7 +57,7 @@ def runtime_traces(recs: list[Recorded]) -> list[Recorded]:
         r
         for r in recs
         if r.trace.source in ("runtime", "sim")
-        and isinstance(r.trace.other_data.get("config"), dict)
+        and ("config" in r.trace.other_data or "config_overrides" in r.trace.other_data)
         and "_partial" not in r.path.name
     ]
     for r in recs:

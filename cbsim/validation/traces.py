@@ -96,6 +96,9 @@ def load(paths: list[Path]) -> list[Recorded]:
 def config_of(trace: Trace, where: str = "trace") -> CbsimConfig:
     """The run config a trace recorded in otherData.config, as typed objects."""
     raw = trace.other_data.get("config")
+    overrides = trace.other_data.get("config_overrides")
+    if not isinstance(raw, dict) and isinstance(overrides, list):
+        raw = compose_overrides([str(o) for o in overrides], where)
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{where}: otherData.config is missing; it is needed to re-simulate "
@@ -108,6 +111,37 @@ def config_of(trace: Trace, where: str = "trace") -> CbsimConfig:
     except (OmegaConfBaseException, ConfigError) as exc:
         raise ConfigError(f"{where}: otherData.config does not fit the schema ({exc})") from None
     return obj
+
+
+def compose_overrides(overrides: list[str], where: str = "trace") -> dict[str, Any]:
+    """The config ``python -m cbsim <overrides>`` would compose (for traces that recorded their
+    overrides, otherData.config_overrides, rather than the resolved config). Works inside a
+    running Hydra app too: its global state is set aside and put back."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    from cbsim.config.store import register_configs
+
+    register_configs()
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        return OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{where}: otherData.config_overrides do not compose ({exc})") from None
+    finally:
+        if backup is not None or GlobalHydra in _singletons():
+            restore_gh_from_backup(backup)
+
+
+def _singletons() -> dict:
+    from hydra.core.singleton import Singleton
+
+    return Singleton._instances
 
 
 def hardware_from(data: dict[str, Any]) -> HardwareConfig:
