@@ -39,6 +39,7 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, trace: Trace) -> None:
         super().__init__("runtime interrupted; the partial trace is in .trace")
         self.trace = trace
+        self.partial_trace = trace  # the name cbsim.app looks for
 
 
 @dataclass
@@ -102,10 +103,18 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def execute(config: CbsimConfig, engine: str, *, cpu_emulation: bool = False) -> RunResult:
+def execute(
+    config: CbsimConfig,
+    engine: str,
+    *,
+    cpu_emulation: bool = False,
+    model: torch.nn.Module | None = None,
+) -> RunResult:
     """Run one engine. cpu_emulation (tests only): on a CPU, run the async loop's order (batch
     N+1 built before N's tokens, placeholders filled by the carry-over) and the padded graph
-    buckets eagerly, with no streams and no overlap, so that logic is checked without CUDA."""
+    buckets eagerly, with no streams and no overlap, so that logic is checked without CUDA.
+    model: an already built transformers model to use (benchmarks share one between engines);
+    its attention is switched to the runtime's paged attention."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; the runtime runs one of: {', '.join(ENGINES)}")
     device = torch.device(config.mode.device)
@@ -137,6 +146,7 @@ def execute(config: CbsimConfig, engine: str, *, cpu_emulation: bool = False) ->
             carry_over=is_async,
             graphs=config.engine.cuda_graphs,
             emulate_graphs=cpu_emulation,
+            model=model,
         )
     except torch.OutOfMemoryError as exc:
         raise RuntimeError(
@@ -189,7 +199,12 @@ def execute(config: CbsimConfig, engine: str, *, cpu_emulation: bool = False) ->
     other = {
         "engine": engine,
         "hardware": hardware_info(device),
-        "memory": dict(runner.memory),
+        "memory": {
+            **runner.memory,
+            # without the shared pool each slot would hold its own: slots x one slot's pool
+            "graph_pool_bytes_unshared": len(runner.slots)
+            * runner.memory["graph_pool_bytes_single_slot"],
+        },
         "counters": summary,
         "attention": "triton" if runner.decode_kernel else "torch",
         "cuda_graphs": bool(runner.buckets),

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from cbsim.config.schema import CbsimConfig
-from cbsim.runtime.attention import AttnMeta, load_decode_kernel
+from cbsim.runtime.attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from cbsim.runtime.io_slots import (
     IOSlot,
     Layout,
@@ -53,10 +53,21 @@ class ModelRunner:
         carry_over: bool,
         graphs: bool,
         emulate_graphs: bool = False,
+        model: torch.nn.Module | None = None,
     ) -> None:
         w = config.workload
         self.device = device
-        self.model = build_model(config.model, device, seed=w.seed)
+        if model is None:
+            model = build_model(config.model, device, seed=w.seed)
+            # one GEMM for q/k/v and one for gate/up (runtime/kernels, issue 7); CUDA only
+            if device.type == "cuda" and config.extra.get("fuse_projections", True):
+                from cbsim.runtime.kernels.fused_projections import fuse_qkv_and_gate_up
+
+                fuse_qkv_and_gate_up(model)
+        else:
+            register()
+            model.config._attn_implementation = ATTN_NAME
+        self.model = model
         self.shape = model_shape(self.model)
         s = self.shape
         dtype = DTYPES[config.model.dtype] if not config.model.path else self.model.dtype
