@@ -44,6 +44,8 @@ TRUTH = {
     "hardware.host.sync_wake_us": 7.0,
     "hardware.host.graph_launch_us": 14.0,
     "hardware.host.kernel_launch_us": 6.0,
+    "hardware.host.stall_us": 1500.0,
+    "hardware.host.stall_every_steps": 10,
 }
 RUNS = [(4, "sync"), (16, "sync"), (64, "sync"), (8, "async"), (32, "async"), (48, "async")]
 RECORDED = sorted((REPO / "experiments" / "runtime").glob("**/trace_*.json.gz"))

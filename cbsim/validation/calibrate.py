@@ -257,28 +257,82 @@ def fit_copies(recs: list[Recorded], cal: Calibration) -> None:
 
 # ---- host ------------------------------------------------------------------------------------
 def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
+    """Each phase by least squares on its spans, robustly: spans far above the fit (a garbage
+    collection, an allocator trim) are left out and become the periodic host stall, which the
+    simulator charges to every ``stall_every_steps``-th update."""
     host = cal.hardware.host
+    excess: list[float] = []
+    where: list[tuple[float, float]] = []  # (trace index, update index) of each stall
+    updates = 0
     for phase in (S.SCHEDULE, S.PREPARE, S.UPDATE):
         parts = []
-        for rec in recs:
+        for i, rec in enumerate(recs):
             sp = rec.spans
             p = sp[(sp.lane == S.HOST) & (sp.name == phase)]
             if phase == S.UPDATE:
                 tokens = p.step.map(samples_by_step(rec)).fillna(0).to_numpy()
             else:
                 tokens = p.query_tokens.to_numpy()
-            parts.append(np.column_stack([p.requests.to_numpy(), tokens, p.dur.to_numpy()]))
-        data = np.concatenate(parts) if parts else np.empty((0, 3))
+            # the update index each span falls at (the stall period is counted in updates)
+            at = np.searchsorted(
+                np.sort(sp[(sp.lane == S.HOST) & (sp.name == S.UPDATE)].ts), p.ts.to_numpy()
+            )
+            parts.append(
+                np.column_stack(
+                    [p.requests.to_numpy(), tokens, p.dur.to_numpy(), np.full(len(p), i), at]
+                )
+            )
+        data = np.concatenate(parts) if parts else np.empty((0, 5))
         data = data[data[:, 2] > 0]
         if not len(data):
             continue
+        updates += len(data) if phase == S.UPDATE else 0
         cost = getattr(host, phase)
         names = ["fixed_us", "per_request_us", "per_token_us"]
         prior = [getattr(cost, k) for k in names]
         X = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
-        fit = linear_fit(X, data[:, 2], names, prior)
+        y = data[:, 2]
+        fit = linear_fit(X, y, names, prior)
+        over = _stalls(y - X @ np.array([fit.values[k] for k in names]), y)
+        if over.any():
+            fit = linear_fit(X[~over], y[~over], names, prior)
+            excess += list((y - X @ np.array([fit.values[k] for k in names]))[over])
+            where += [tuple(r) for r in data[over][:, 3:5]]
         setattr(host, phase, dataclasses.replace(cost, **fit.values))
-        cal.rows.append(Row(phase, len(data), fit, dict(zip(names, prior))))
+        cal.rows.append(
+            Row(
+                phase + (f" ({over.sum()} stalls out)" if over.any() else ""),
+                int((~over).sum()),
+                fit,
+                dict(zip(names, prior)),
+            )
+        )
+    if len(excess) >= 2 and updates:
+        prior = {"stall_us": host.stall_us, "stall_every_steps": host.stall_every_steps}
+        host.stall_us = float(np.median(excess))
+        host.stall_every_steps = _stall_period(where, updates)
+        res = np.asarray(excess) / host.stall_us - 1.0
+        values = {"stall_us": host.stall_us, "stall_every_steps": float(host.stall_every_steps)}
+        cal.rows.append(
+            Row("host stalls", len(excess), Fit(values, dict.fromkeys(values, True), res), prior)
+        )
+
+
+def _stall_period(where: list[tuple[float, float]], updates: int) -> int:
+    """Median spacing, in updates, of consecutive stalls within one trace."""
+    gaps = []
+    for trace in {w[0] for w in where}:
+        at = sorted(w[1] for w in where if w[0] == trace)
+        gaps += list(np.diff(at))
+    gaps = [g for g in gaps if g > 0]
+    period = float(np.median(gaps)) if gaps else updates / len(where)
+    return max(int(round(period)), 1)
+
+
+def _stalls(excess: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spans far above the fit: more than 10 robust deviations and half the typical span."""
+    mad = 1.4826 * float(np.median(np.abs(excess - np.median(excess))))
+    return excess > max(10.0 * mad, 0.5 * float(np.median(y)), 1.0)
 
 
 def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:

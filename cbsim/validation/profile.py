@@ -3,6 +3,7 @@ value commented with where it came from: fitted (on how many spans, at what resi
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 from pathlib import Path
@@ -29,7 +30,8 @@ def _origin(cal: Calibration) -> dict[str, str]:
                 if fitted
                 else f"kept from the base profile ({row.what}: not identifiable)"
             )
-            prefix = f"{row.what}." if row.what in HOST_PHASES else ""
+            phase = row.what.split()[0]
+            prefix = f"{phase}." if phase in HOST_PHASES else ""
             out[prefix + term] = note
     return out
 
@@ -44,6 +46,8 @@ def _scalar(value) -> str:
 
 
 def profile_yaml(cal: Calibration, base_name: str) -> str:
+    """Every HardwareConfig field (so a field added to the schema later is carried over too),
+    each commented with its origin."""
     hw, origin = cal.hardware, _origin(cal)
     traces = ", ".join(Path(t).name for t in cal.traces)
     lines = [
@@ -55,59 +59,33 @@ def profile_yaml(cal: Calibration, base_name: str) -> str:
         "defaults:",
         "  - hardware_schema",
         "  - _self_",
-        f"name: {hw.name}",
     ]
 
-    def field(key: str, value, indent: str = "", path: str | None = None) -> None:
-        note = origin.get(ROW_ALIASES.get(path or key, path or key), "")
-        if not note and (path or key) in ("peak_flops", "hbm_bandwidth", "memory_bytes"):
-            note = f"from hardware={base_name}"
-        elif not note and key in ("copy_launch_us", "event_us"):
-            note = (
+    def note_of(key: str, path: str) -> str:
+        note = origin.get(ROW_ALIASES.get(path, path), "")
+        if note or key in ("name", "source"):
+            return note
+        if key in ("copy_launch_us", "event_us"):
+            return (
                 f"from hardware={base_name}: a launch span shows only the sum (see graph_launch_us)"
             )
-        lines.append(f"{indent}{key}: {_scalar(value)}" + (f"  # {note}" if note else ""))
+        return f"from hardware={base_name}"
 
-    for key in (
-        "peak_flops",
-        "hbm_bandwidth",
-        "memory_bytes",
-        "h2d_bandwidth",
-        "d2h_bandwidth",
-        "copy_latency_us",
-    ):
-        field(key, getattr(hw, key))
-    source = f"calibrated from {len(cal.traces)} runtime trace(s): {traces}"
-    lines.append(f"source: {json.dumps(source)}")
-    lines.append("host:")
-    for phase in HOST_PHASES:
-        cost = getattr(hw.host, phase)
-        lines.append(f"  {phase}:")
-        for term in ("fixed_us", "per_request_us", "per_token_us"):
-            field(term, getattr(cost, term), "    ", f"{phase}.{term}")
-    for key in (
-        "kernel_launch_us",
-        "graph_launch_us",
-        "copy_launch_us",
-        "event_us",
-        "sync_wake_us",
-    ):
-        field(key, getattr(hw.host, key), "  ")
-    lines.append("gpu:")
-    for key in (
-        "gemm_bandwidth_eff",
-        "gemm_flops_eff",
-        "attention_bandwidth_eff",
-        "attention_flops_eff",
-        "attention_kv_pad",
-        "forward_fixed_us",
-        "eager_kernel_gap_us",
-        "graph_node_gap_us",
-        "kernels_per_layer",
-        "kernels_extra",
-        "carry_over_us",
-    ):
-        field(key, getattr(hw.gpu, key), "  ")
+    def emit(obj, indent: str, prefix: str) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                lines.append(f"{indent}{f.name}:")
+                emit(value, indent + "  ", f"{f.name}." if f.name in HOST_PHASES else "")
+                continue
+            if f.name == "source":
+                value = f"calibrated from {len(cal.traces)} runtime trace(s): {traces}"
+                lines.append(f"{indent}source: {json.dumps(value)}")
+                continue
+            note = note_of(f.name, prefix + f.name)
+            lines.append(f"{indent}{f.name}: {_scalar(value)}" + (f"  # {note}" if note else ""))
+
+    emit(hw, "", "")
     return "\n".join(lines) + "\n"
 
 
