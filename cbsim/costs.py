@@ -33,7 +33,7 @@ REQUEST_META_BYTES = 3 * INT32
 SAMPLE_META_BYTES = 2 * INT32
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ForwardCost:
     """One forward pass on the compute stream, split by what bounds it (microseconds)."""
 

@@ -41,6 +41,19 @@ class Launched:
     forward: ForwardCost
 
 
+class HazardLog(Counter):
+    """Hazards by kind, each also written to the trace (kept off SimEngine: no reference cycle
+    holds the trace alive after the run)."""
+
+    def __init__(self, trace: TraceBuilder) -> None:
+        super().__init__()
+        self.trace = trace
+
+    def __call__(self, kind: str, lane: str, ts: float, step: int, slot: int, detail: str) -> None:
+        self.trace.hazard(lane, ts, kind, step, slot, detail)
+        self[kind] += 1
+
+
 class SimEngine:
     """One simulated run: scheduler, cost model, device (streams), IO slots, trace, counters."""
 
@@ -59,11 +72,12 @@ class SimEngine:
         self.device = Device(engine.streams)
         self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
         self._last_counters: dict[str, int] = {}
-        self.slots = SlotTracker(engine.io_slots, self._hazard)
+        self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
+        self.hazards = HazardLog(trace)
+        self.slots = SlotTracker(engine.io_slots, self.hazards)
         self.launches = 0
         self.last_updated: Launched | None = None
         self._tokens = np.ones(max(w.batch_size, 1), dtype=np.int64)  # never EOS
-        self.hazards: Counter[str] = Counter()
         self.host_us: Counter[str] = Counter()
         self.lane_busy_us: Counter[str] = Counter()
         self.n = Counter()  # steps, tokens, blocks, graph/eager steps, ...
@@ -88,12 +102,20 @@ class SimEngine:
         self.rec.span(lane, name, start, dur, args)
         self.lane_busy_us[lane] += dur
 
-    def _hazard(self, kind: str, lane: str, ts: float, step: int, slot: int, detail: str) -> None:
-        self.trace.hazard(lane, ts, kind, step, slot, detail)
-        self.hazards[kind] += 1
-
     def next_slot(self) -> IOSlot:
         return self.slots.slot_for(self.launches)
+
+    @staticmethod
+    def _batch_args(batch: Batch, slot: int) -> dict[str, Any]:
+        """The standard span args of a batch (one dict per step, shared by its spans)."""
+        return {
+            "step": batch.step,
+            "slot": slot,
+            "requests": batch.num_requests,
+            "query_tokens": batch.query_tokens,
+            "kv_tokens": batch.kv_tokens,
+            "kind": batch.kind,
+        }
 
     # ---- host phases -----------------------------------------------------------------------
     def schedule(self):
@@ -107,15 +129,8 @@ class SimEngine:
         if batch is None:
             yield self._phase(S.SCHEDULE, self.costs.schedule_us(0, 0), NO_BATCH)
             return None
-        args = {
-            "step": batch.step,
-            "slot": -1,
-            "requests": len(batch),
-            "query_tokens": batch.query_tokens,
-            "kv_tokens": batch.kv_tokens,
-            "kind": batch.kind,
-        }
-        yield self._phase(S.SCHEDULE, self.costs.schedule_us(len(batch), batch.query_tokens), args)
+        cost = self.costs.schedule_us(batch.num_requests, batch.query_tokens)
+        yield self._phase(S.SCHEDULE, cost, self._batch_args(batch, -1))
         return batch
 
     def idle_until_arrival(self):
@@ -144,15 +159,9 @@ class SimEngine:
             self.slots.token_ready(
                 done.compute, dev.host_vc, "prepare", step, S.HOST, now, slot, done.batch.step
             )
-        args = {
-            "step": step,
-            "slot": slot.index,
-            "requests": len(batch),
-            "query_tokens": batch.query_tokens,
-            "kv_tokens": batch.kv_tokens,
-            "kind": batch.kind,
-        }
-        yield self._phase(S.PREPARE, self.costs.prepare_us(len(batch), batch.query_tokens), args)
+        args = self._prepared = self._batch_args(batch, slot.index)
+        cost = self.costs.prepare_us(batch.num_requests, batch.query_tokens)
+        yield self._phase(S.PREPARE, cost, args)
 
     def launch(self, batch: Batch, slot: IOSlot, prev: Launched | None):
         """Enqueue H2D -> compute -> D2H, ordered by events (one graph launch, or every kernel
@@ -166,29 +175,26 @@ class SimEngine:
         )
         now, step, vc = self.env.now, batch.step, dev.host_vc
         self.launches += 1
-        args = {
-            "step": step,
-            "slot": slot.index,
-            "requests": len(batch),
-            "query_tokens": batch.query_tokens,
-            "kv_tokens": batch.kv_tokens,
-            "kind": batch.kind,
-        }
+        args = self._prepared
+        if args is None or args["step"] != step or args["slot"] != slot.index:
+            args = self._batch_args(batch, slot.index)
         carry = (
             eng.carry_over
             and prev is not None
             and batch.num_decode > 0
-            and bool(batch.placeholder.any())
+            and np.count_nonzero(batch.placeholder) > 0
         )
-        padded = costs.graph_size(len(batch)) if batch.kind == "decode" else None
+        padded = costs.graph_size(batch.num_requests) if batch.kind == "decode" else None
         graph = eng.cuda_graphs and padded is not None
         fwd = costs.forward(
             batch, graph=graph, carry_over=carry, padded_requests=padded if graph else None
         )
+        fwd_us = fwd.total_us
         samples = batch.num_samples
         # block-table entries: sum of ceil(context / block) is at most this (one partial each)
-        kv_blocks = batch.kv_tokens // costs.block_size + len(batch)
-        h2d_bytes = costs.h2d_bytes(batch.query_tokens, len(batch), samples, kv_blocks)
+        requests = batch.num_requests
+        kv_blocks = batch.kv_tokens // costs.block_size + requests
+        h2d_bytes = costs.h2d_bytes(batch.query_tokens, requests, samples, kv_blocks)
         waits = eng.event_waits
         # H2D: pinned inputs -> device inputs, then record h2d_done
         t = now + host.copy_launch_us
@@ -202,7 +208,7 @@ class SimEngine:
         if graph:
             t += host.graph_launch_us
             compute = dev.compute.enqueue(
-                S.GRAPH_REPLAY, t, fwd.total_us, vc, (h2d_done,) if waits else ()
+                S.GRAPH_REPLAY, t, fwd_us, vc, (h2d_done,) if waits else ()
             )
         else:
             first = t + host.kernel_launch_us
@@ -211,10 +217,10 @@ class SimEngine:
             compute = dev.compute.enqueue(
                 S.FORWARD,
                 first,
-                fwd.total_us,
+                fwd_us,
                 vc,
                 (h2d_done,) if waits else (),
-                not_before_end=t + fwd.total_us / fwd.kernels,
+                not_before_end=t + fwd_us / fwd.kernels,
             )
         tracker.read(slot, slot.dev_in, compute, compute.vc, step, compute.lane, compute.start)
         if carry:
@@ -245,11 +251,11 @@ class SimEngine:
         self._gpu_span(
             h2d.lane, S.COPY_H2D, h2d.start, h2d.end - h2d.start, {**args, "bytes": h2d_bytes}
         )
-        busy_start = compute.end - fwd.total_us  # eager: launch-bound idle shows before it
+        busy_start = compute.end - fwd_us  # eager: launch-bound idle shows before it
         fwd_args = {**args, "new_tokens": samples}
         if carry and graph:  # captured in the graph: part of the replay, shown as an arg
             fwd_args["carry_over_us"] = fwd.carry_over_us
-            self._gpu_span(compute.lane, compute.name, busy_start, fwd.total_us, fwd_args)
+            self._gpu_span(compute.lane, compute.name, busy_start, fwd_us, fwd_args)
         else:
             if carry:  # eagerly, its own kernel just before the forward's
                 self._gpu_span(compute.lane, S.CARRY_OVER, busy_start, fwd.carry_over_us, args)
@@ -257,7 +263,7 @@ class SimEngine:
                 compute.lane,
                 compute.name,
                 busy_start + fwd.carry_over_us,
-                fwd.total_us - fwd.carry_over_us,
+                fwd_us - fwd.carry_over_us,
                 fwd_args,
             )
         self._gpu_span(
@@ -269,7 +275,7 @@ class SimEngine:
         n["graph_steps" if graph else "eager_steps"] += 1
         n["carry_over_steps"] += carry
         n["kernels_launched"] += 0 if graph else fwd.kernels
-        n["launch_wait_us"] += compute.end - compute.start - fwd.total_us
+        n["launch_wait_us"] += compute.end - compute.start - fwd_us
         launched = Launched(batch, slot, args, h2d, compute, d2h, d2h_done, fwd)
         yield self._phase(S.LAUNCH, t - now, args)
         return launched
@@ -306,7 +312,7 @@ class SimEngine:
             )
             self.n["requests_finished"] += 1
         self.last_updated = launched
-        dur = self.costs.update_us(len(batch), batch.num_samples)
+        dur = self.costs.update_us(batch.num_requests, batch.num_samples)
         stall = self.costs.stall_us(self.n["updates"])
         self.n["updates"] += 1
         args = launched.args

@@ -24,6 +24,7 @@ class Recorder:
             builder.declare_lane(lane)
         self.ids = {lane: S.LANE_IDS[lane] for lane in lanes}
         self.counter_pid = S.LANE_IDS[S.HOST][0]
+        assert self.counter_pid == 1, "span() tells host lanes by pid 1"
 
     def span(self, lane: str, name: str, ts: float, dur: float, args: dict[str, Any]) -> None:
         pid, tid = self.ids[lane]

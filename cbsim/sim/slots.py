@@ -67,7 +67,8 @@ class SlotTracker:
     ) -> None:
         """``op`` (None: the host at ``t0`` knowing ``vc``) writes ``buf`` for ``step``."""
         for reader, rstep in buf.readers:
-            if rstep != step and not happens_before(reader, vc):
+            # inlined happens_before (the hot path: several checks per step)
+            if rstep != step and reader is not None and vc[reader.stream] < reader.seq:
                 self._report(
                     "slot_overwrite",
                     lane,
@@ -95,7 +96,8 @@ class SlotTracker:
         kind: str = "missing_event_wait",
     ) -> None:
         """``op`` reads ``buf``; flags a writer not ordered before it."""
-        if buf.writer_step >= 0 and not happens_before(buf.writer, vc):
+        w = buf.writer
+        if w is not None and vc[w.stream] < w.seq:
             self._report(
                 kind,
                 lane,
