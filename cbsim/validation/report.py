@@ -12,6 +12,7 @@ from cbsim.report.frames import run_frames
 from cbsim.report.html import Page, esc, table
 from cbsim.report.timeline import overview_figure
 from cbsim.trace import Trace
+from cbsim.trace import schema as S
 from cbsim.validation.validate import TARGETS, RunResult
 
 # a timeline shows this many steps from the steady state (the middle of the run) of each run
@@ -27,13 +28,24 @@ ERROR_COLUMNS = (
 
 
 def window(trace: Trace, first: int, last: int) -> Trace:
-    """The spans of steps first..last (inclusive) and the lane metadata, as a trace."""
-    events = [
+    """Everything that ran while the GPU worked on steps first..last: from the first of their
+    forward spans' start to the last one's end, spans clipped to that interval."""
+    fwd = [
         e
         for e in trace.events
-        if e.get("ph") == "M"
-        or (e.get("ph") == "X" and first <= e.get("args", {}).get("step", -1) <= last)
+        if e.get("ph") == "X"
+        and e.get("name") in S.FORWARD_NAMES
+        and first <= e.get("args", {}).get("step", -1) <= last
     ]
+    if not fwd:
+        return trace
+    t0 = min(e["ts"] for e in fwd)
+    t1 = max(e["ts"] + e["dur"] for e in fwd)
+    events = [e for e in trace.events if e.get("ph") == "M"]
+    for e in trace.events:
+        if e.get("ph") == "X" and e["ts"] < t1 and e["ts"] + e["dur"] > t0:
+            ts = max(e["ts"], t0)
+            events.append({**e, "ts": ts, "dur": min(e["ts"] + e["dur"], t1) - ts})
     return Trace(events=events, other_data=trace.other_data)
 
 
@@ -68,7 +80,7 @@ def distribution_figure(results: list[RunResult]) -> go.Figure:
         height=380,
         yaxis_title="step time (ms)",
         margin=dict(l=60, r=20, t=30, b=120),
-        yaxis_rangemode="tozero",
+        yaxis_type="log",
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
     )
     return fig
@@ -136,8 +148,9 @@ def build_page(results: list[RunResult], out: dict[str, Any]) -> Page:
     page.figure(distribution_figure(results), "steps")
     page.heading("Timelines, recorded above simulated", anchor="timelines")
     page.para(
-        f"{WINDOW_STEPS} steady-state steps from the middle of each run; time from the "
-        "window's first span. Drag to zoom, double-click to reset.",
+        f"{WINDOW_STEPS} steady-state steps from the middle of each run: what ran from the "
+        "first of their forward passes' start to the last one's end. Drag to zoom, "
+        "double-click to reset.",
         "note",
     )
     for i, r in enumerate(results):
