@@ -68,6 +68,9 @@ def test_cli_writes_a_trace(tmp_path, capsys):
     out = tmp_path / "out.json.gz"
     assert main([str(H200["graph"]), str(out)]) == 0
     assert read_trace(out).source == "kineto"
+    assert main([str(H200["eager"]), str(tmp_path / "e.json"), "--report"]) == 0
+    html = (tmp_path / "e.html").read_text()
+    assert "cbsim-plot" in html and "Kineto trace kineto_h200_eager.json.gz" in html
     assert main([str(tmp_path / "missing.json"), str(out)]) == 1
     assert "no such Kineto trace file" in capsys.readouterr().err
 

@@ -309,10 +309,14 @@ def _no_overlap(trace: Trace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """python -m cbsim.validation.kineto IN OUT [STEP_REGEX] [--report]"""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    report = "--report" in argv
+    argv = [a for a in argv if a != "--report"]
     if len(argv) not in (2, 3) or argv[0] in ("-h", "--help"):
         print(
-            "usage: python -m cbsim.validation.kineto IN.json[.gz] OUT.json[.gz] [STEP_REGEX]",
+            "usage: python -m cbsim.validation.kineto IN.json[.gz] OUT.json[.gz] [STEP_REGEX] "
+            "[--report]\n  --report: also OUT's name with .html, the timeline and metrics",
             file=sys.stderr,
         )
         return 2
@@ -324,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     path = write_trace(trace, argv[1])
     k = trace.other_data["kineto"]
     print(f"{path}: {k['steps']} steps, streams {k['streams']}")
+    if report:
+        from cbsim.validation.report import write_trace_report
+
+        html = Path(str(path).removesuffix(".gz").removesuffix(".json") + ".html")
+        write_trace_report(trace, html, f"Kineto trace {Path(argv[0]).name}")
+        print(f"report: {html}")
     return 0
 
 

@@ -173,3 +173,40 @@ def write_validation_report(results: list[RunResult], out: dict[str, Any], path:
     tmp.write_text(build_page(results, out).render(), encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def write_trace_report(trace: Trace, path: Path, title: str) -> Path:
+    """A report for one trace without a run config (an imported profiler trace): its metrics,
+    the whole timeline and the step times, drawn by cbsim.report's own figures."""
+    from cbsim.metrics import compute_metrics
+    from cbsim.report.charts import step_time_figure
+
+    frames = run_frames(trace.engine or trace.source, trace)
+    m = compute_metrics(trace)
+    page = Page(title)
+    page.heading(title, level=1)
+    keys = (
+        "total_time_s",
+        "steps",
+        "step_time_ms_p50",
+        "step_time_ms_p99",
+        "gpu_idle_fraction",
+        "cpu_blocked_fraction",
+        "cpu_blocks_per_step",
+        "gpu_forward_ms_mean",
+    )
+    page.add(table(["metric", "value"], [[k, _fmt(m.get(k))] for k in keys]))
+    page.heading("Timeline", anchor="timeline")
+    page.figure(overview_figure([frames]), "timeline")
+    if len(frames.steps):
+        page.heading("Step time over the run", anchor="steps")
+        page.figure(step_time_figure([frames]), "step_time")
+    path = Path(path)
+    path.write_text(page.render(), encoding="utf-8")
+    return path
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "-" if v is None else str(v)
