@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cbsim.report.frames import RunFrames
-from cbsim.report.timeline import PHASE_COLORS
+from cbsim.report.style import PHASE_COLORS
 
 GPU_COLOR = PHASE_COLORS["graph_replay"]
 EXPOSED_COLOR = PHASE_COLORS["GPU idle"]

@@ -33,7 +33,7 @@ class RunFrames:
 
 def gpu_lane_of(spans: pd.DataFrame) -> str:
     """The compute stream, or the legacy default stream when everything ran there (as metrics)."""
-    lanes = set(spans["lane"])
+    lanes = set(spans["lane"].unique())
     return S.DEFAULT if S.COMPUTE not in lanes and S.DEFAULT in lanes else S.COMPUTE
 
 
@@ -121,7 +121,7 @@ def run_frames(engine: str, trace: Trace) -> RunFrames:
     lane = gpu_lane_of(df)
     gpu = df[df["lane"] == lane]
     idle = idle_gaps(gpu, 0.0, total_ms)
-    present = set(df["lane"])
+    present = set(df["lane"].unique())
     rows = [r for r in ROW_ORDER if r in present or (r == IDLE_ROW and not df.empty)]
     return RunFrames(
         engine=engine,

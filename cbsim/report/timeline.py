@@ -12,48 +12,19 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cbsim.report.frames import (
-    IDLE_ROW,
-    RunFrames,
-    busy_before,
-    detail_windows,
-    union_intervals,
-)
+from cbsim.report.bins import AGGREGATE_BINS, aggregate_rows
+from cbsim.report.frames import IDLE_ROW, RunFrames, detail_windows
+from cbsim.report.style import ROW_PX, color_of, legend_entry, row_y, yaxis
 from cbsim.trace import schema as S
 
-PHASE_COLORS = {
-    S.SCHEDULE: "#9ecae1",
-    S.PREPARE: "#3182bd",
-    S.LAUNCH: "#08306b",
-    S.WAIT: "#c7c7c7",
-    S.UPDATE: "#31a354",
-    S.COPY_H2D: "#fd8d3c",
-    S.CARRY_OVER: "#e377c2",
-    S.GRAPH_REPLAY: "#6a51a3",
-    S.FORWARD: "#3f007d",
-    S.COPY_D2H: "#8c6d31",
-    IDLE_ROW: "#d62728",
-}
-OTHER_COLORS = ("#17becf", "#bcbd22", "#7f7f7f", "#ff9896", "#98df8a", "#c5b0d5")
-ROW_PX = 30  # height of one timeline row
+__all__ = ["AGGREGATE_BINS", "detail_figure", "overview_figure", "overview_style"]
+
 SEGMENT_PX = 16  # thickness of a span in the overview
 # The overview draws up to BAR_BUDGET spans as SVG bars (every field in the hover), up to
 # SEGMENT_BUDGET as WebGL segments, and above that time bins: in headless Chromium without a GPU
 # (software WebGL) each WebGL vertex costs time, and 10^5 spans took 15 s to draw; bins take 1.
 BAR_BUDGET = 3_000
 SEGMENT_BUDGET = 8_000
-AGGREGATE_BINS = 1500
-LEVELS = 4  # busy-share bands per phase colour in the binned overview
-
-
-def color_of(name: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 (a stable palette)
-    if name in PHASE_COLORS:
-        return PHASE_COLORS[name]
-    return _cache.setdefault(name, OTHER_COLORS[len(_cache) % len(OTHER_COLORS)])
-
-
-def _row_y(rows: list[str]) -> dict[str, int]:
-    return {r: len(rows) - 1 - i for i, r in enumerate(rows)}
 
 
 def _segments(ts: np.ndarray, end: np.ndarray, *cols: np.ndarray):
@@ -65,20 +36,6 @@ def _segments(ts: np.ndarray, end: np.ndarray, *cols: np.ndarray):
     for j, c in enumerate(cols):
         data[0::3, j] = data[1::3, j] = data[2::3, j] = c
     return x, data
-
-
-def _yaxis(fig: go.Figure, rows: list[str], row: int, col: int = 1) -> None:
-    ys = _row_y(rows)
-    fig.update_yaxes(
-        tickvals=list(ys.values()),
-        ticktext=list(ys),
-        range=[-0.6, len(rows) - 0.4],
-        fixedrange=True,
-        showgrid=False,
-        zeroline=False,
-        row=row,
-        col=col,
-    )
 
 
 def overview_figure(runs: list[RunFrames]) -> go.Figure:
@@ -108,8 +65,8 @@ def overview_figure(runs: list[RunFrames]) -> go.Figure:
         else:
             bar_rows(fig, run, i, shown)
         if len(run.hazards):
-            _add_hazards(fig, run, _row_y(run.rows), i, shown)
-        _yaxis(fig, run.rows, i)
+            _add_hazards(fig, run, row_y(run.rows), i, shown)
+        yaxis(fig, run.rows, i)
     fig.update_xaxes(title_text="time since the run's start (ms)", row=len(runs), col=1)
     height = sum(heights) * ROW_PX + 110 * len(runs) + 100
     fig.update_layout(
@@ -130,13 +87,13 @@ def overview_style(runs: list[RunFrames]) -> str:
 
 
 def bar_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str]) -> None:
-    ys = _row_y(run.rows)
+    ys = row_y(run.rows)
     for name, g in run.spans.groupby("name", sort=False):
         _add_bars(fig, row, 1, g, ys, str(name), run.engine, shown)
-        _legend_entry(fig, str(name), shown)
+        legend_entry(fig, str(name), shown)
     if len(run.idle) and IDLE_ROW in ys:
         _add_bars(fig, row, 1, _idle_spans(run.idle), ys, IDLE_ROW, run.engine, shown)
-        _legend_entry(fig, IDLE_ROW, shown)
+        legend_entry(fig, IDLE_ROW, shown)
 
 
 def _idle_spans(idle: pd.DataFrame) -> pd.DataFrame:
@@ -152,7 +109,7 @@ def _idle_spans(idle: pd.DataFrame) -> pd.DataFrame:
 
 
 def segment_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str]) -> None:
-    ys = _row_y(run.rows)
+    ys = row_y(run.rows)
     for (lane, name), g in run.spans.groupby(["lane", "name"], sort=False):
         if lane not in ys:
             continue
@@ -190,123 +147,6 @@ def segment_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str]) -> N
             shown,
             "GPU executes nothing for %{customdata[0]:.1f} µs",
         )
-
-
-def occupancy(ts: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Busy time of the intervals inside each bin between consecutive edges."""
-    s, e = union_intervals(ts, end)
-    return np.diff(busy_before(s, e, edges))
-
-
-def aggregate_rows(
-    fig: go.Figure, run: RunFrames, row: int, bin_ms: float, shown: set[str]
-) -> None:
-    """Per lane, a one-row heatmap of the dominant phase per bin; the idle row as a red ramp."""
-    ys = _row_y(run.rows)
-    nbins = max(1, int(np.ceil(run.total_ms / bin_ms)))
-    edges = np.arange(nbins + 1) * bin_ms
-    centers = (edges[:-1] + edges[1:]) / 2
-    label = [f"{a:.2f}–{b:.2f} ms" for a, b in zip(edges[:-1], edges[1:])]
-    for lane, g in run.spans.groupby("lane", sort=False):
-        if lane not in ys:
-            continue
-        names = list(dict.fromkeys(g["name"]))
-        occ = (
-            np.stack(
-                [
-                    occupancy(p["ts_ms"].to_numpy(float), p["end_ms"].to_numpy(float), edges)
-                    for _, p in g.groupby("name", sort=False)
-                ]
-            )
-            / bin_ms
-        )
-        # colour: the phase that filled most of the bin, paler the less the lane was busy
-        busy = np.clip(occ.sum(axis=0), 0.0, 1.0)
-        level = np.clip(np.ceil(busy * LEVELS), 1, LEVELS) - 1
-        z = np.where(busy > 0, occ.argmax(axis=0) * LEVELS + level + 0.5, np.nan)
-        order = np.argsort(-occ, axis=0)[:3]
-        text = [
-            "<br>".join(f"{names[k]} {occ[k, j]:.1%}" for k in order[:, j] if occ[k, j] > 0)
-            for j in range(nbins)
-        ]
-        scale = _phase_scale(names)
-        for name in names:
-            _legend_entry(fig, name, shown)
-        fig.add_trace(
-            go.Heatmap(
-                x=centers,
-                y=[ys[lane]],
-                z=[z],
-                zmin=0,
-                zmax=len(names) * LEVELS,
-                colorscale=scale,
-                showscale=False,
-                customdata=[label],
-                text=[text],
-                ygap=4,
-                hovertemplate=f"<b>{lane}</b> %{{customdata}}<br>%{{text}}<extra>{run.engine}</extra>",
-            ),
-            row=row,
-            col=1,
-        )
-    if IDLE_ROW in ys and len(run.idle):
-        idle = (
-            occupancy(run.idle["ts_ms"].to_numpy(float), run.idle["end_ms"].to_numpy(float), edges)
-            / bin_ms
-        )
-        fig.add_trace(
-            go.Heatmap(
-                x=centers,
-                y=[ys[IDLE_ROW]],
-                z=[idle],
-                zmin=0,
-                zmax=1,
-                showscale=False,
-                ygap=4,
-                colorscale=[[0, "#ffffff"], [1, PHASE_COLORS[IDLE_ROW]]],
-                customdata=[label],
-                hovertemplate="<b>GPU idle</b> %{customdata}: %{z:.1%}<extra>"
-                + run.engine
-                + "</extra>",
-            ),
-            row=row,
-            col=1,
-        )
-        _legend_entry(fig, IDLE_ROW, shown)
-
-
-def _mix(color: str, share: float) -> str:
-    """The colour mixed with white: share 1 is the colour itself."""
-    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
-    return "rgb({},{},{})".format(*(round(255 - (255 - c) * share) for c in (r, g, b)))
-
-
-def _phase_scale(names: list[str]) -> list[list]:
-    """A discrete colour scale: LEVELS bands per phase, from pale (little busy) to full."""
-    n = len(names) * LEVELS
-    scale: list[list] = []
-    for k, name in enumerate(names):
-        for lv in range(LEVELS):
-            c = _mix(color_of(name), 0.25 + 0.75 * (lv + 1) / LEVELS)
-            i = k * LEVELS + lv
-            scale += [[i / n, c], [(i + 1) / n, c]]
-    return scale
-
-
-def _legend_entry(fig: go.Figure, name: str, shown: set[str]) -> None:
-    if name in shown:
-        return
-    fig.add_trace(
-        go.Scatter(
-            x=[None],
-            y=[None],
-            mode="markers",
-            name=name,
-            legendgroup=name,
-            marker=dict(symbol="square", size=12, color=color_of(name)),
-        )
-    )
-    shown.add(name)
 
 
 def _idle_share(run: RunFrames) -> float:
@@ -383,7 +223,7 @@ def detail_figure(runs: list[RunFrames]) -> go.Figure | None:
     )
     shown: set[str] = set()
     for i, (run, wins) in enumerate(zip(runs, per_run), start=1):
-        ys = _row_y(run.rows)
+        ys = row_y(run.rows)
         for j, (_, t0, t1) in enumerate(wins, start=1):
             sp = run.spans[(run.spans["end_ms"] >= t0) & (run.spans["ts_ms"] <= t1)]
             for name, g in sp.groupby("name", sort=False):
@@ -392,7 +232,7 @@ def detail_figure(runs: list[RunFrames]) -> go.Figure | None:
             if len(idle) and IDLE_ROW in ys:
                 _add_bars(fig, i, j, _idle_spans(idle), ys, IDLE_ROW, run.engine, shown)
             fig.update_xaxes(range=[t0, t1], row=i, col=j)
-            _yaxis(fig, run.rows, i, j)
+            yaxis(fig, run.rows, i, j)
             if j > 1:
                 fig.update_yaxes(showticklabels=False, row=i, col=j)
     fig.update_xaxes(title_text="ms", row=len(runs))

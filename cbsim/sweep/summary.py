@@ -1,0 +1,259 @@
+"""A sweep directory as tables: one row per job (summary.csv) and one per sync/async pair.
+
+Jobs are found on disk, so the summary is the same whoever ran them (the basic launcher, joblib,
+submitit, Ray) and after any number of interrupted runs: a job directory holds Hydra's
+``.hydra/overrides.yaml``; a job is finished when its ``metrics.json`` reads (cbsim.app writes it
+atomically, last but one). The jobs the sweep asked for come from ``multirun.yaml`` (the sweep's
+overrides, expanded as Hydra's basic sweeper does), so jobs never started are listed too.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+METRICS_FILE = "metrics.json"  # as cbsim.app.METRICS_FILE
+SUMMARY_FILE = "summary.csv"
+COMPARISON_FILE = "comparison.csv"
+FINISHED, NOT_FINISHED, NOT_STARTED = "finished", "not finished", "not started"
+ENGINE_KEY = "engine"
+# the metrics a reader looks for first come right after the overrides in summary.csv
+LEAD_METRICS = (
+    "speedup",
+    "total_time_s",
+    "gpu_idle_fraction",
+    "step_time_ms_mean",
+    "tokens_per_s",
+    "steps",
+    "hazards",
+)
+
+
+@dataclass
+class Job:
+    num: int | None
+    overrides: list[str]
+    dir: Path | None
+    status: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def override_key(override: str) -> str:
+    key = override.split("=", 1)[0]
+    return key.lstrip("+~")
+
+
+def override_value(override: str) -> Any:
+    """The value as YAML reads it (1024 -> int), or the text."""
+    text = override.split("=", 1)[1] if "=" in override else ""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (int, float, str, bool)) or value is None else text
+
+
+def expected_overrides(multirun_cfg: DictConfig) -> list[list[str]] | None:
+    """Every job's overrides, as the basic sweeper expands them; None when it cannot tell."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        target = str(OmegaConf.select(multirun_cfg, "hydra.sweeper._target_") or "")
+        if target and not target.endswith("BasicSweeper"):
+            return None
+        params = OmegaConf.select(multirun_cfg, "hydra.sweeper.params") or {}
+        args = [f"{k}={v}" for k, v in params.items()]
+        args += list(OmegaConf.select(multirun_cfg, "hydra.overrides.task") or [])
+        parsed = OverridesParser.create().parse_overrides(args)
+        batches = BasicSweeper.split_arguments(parsed, None)
+        return [list(job) for job in batches[0]]
+    except Exception:  # an unusual sweep: the summary falls back to the job dirs found
+        return None
+
+
+def read_metrics(job_dir: Path) -> dict[str, Any] | None:
+    try:
+        metrics = json.loads((job_dir / METRICS_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return metrics if isinstance(metrics, dict) else None
+
+
+def job_dirs(sweep_dir: Path) -> dict[frozenset[str], tuple[int | None, Path]]:
+    """Job directories under the sweep, by their set of overrides."""
+    found: dict[frozenset[str], tuple[int | None, Path]] = {}
+    for ov_file in sorted(sweep_dir.glob("**/.hydra/overrides.yaml")):
+        job_dir = ov_file.parent.parent
+        if job_dir == sweep_dir:
+            continue
+        try:
+            overrides = [str(o) for o in (yaml.safe_load(ov_file.read_text()) or [])]
+        except (OSError, yaml.YAMLError):
+            continue
+        num = None
+        try:
+            hydra_cfg = yaml.safe_load((ov_file.parent / "hydra.yaml").read_text())
+            num = int(hydra_cfg["hydra"]["job"]["num"])
+        except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+            pass
+        found[frozenset(overrides)] = (num, job_dir)
+    return found
+
+
+def collect_jobs(sweep_dir: Path, multirun_cfg: DictConfig | None = None) -> list[Job]:
+    """The sweep's jobs: each expected one (in sweep order), then any other job dir found."""
+    sweep_dir = Path(sweep_dir)
+    if multirun_cfg is None and (sweep_dir / "multirun.yaml").is_file():
+        multirun_cfg = OmegaConf.load(sweep_dir / "multirun.yaml")
+    expected = expected_overrides(multirun_cfg) if multirun_cfg is not None else None
+    found = job_dirs(sweep_dir)
+    jobs: list[Job] = []
+    for i, overrides in enumerate(expected or []):
+        num, job_dir = found.pop(frozenset(overrides), (i, None))
+        jobs.append(_job(num if num is not None else i, overrides, job_dir))
+    for _key, (num, job_dir) in sorted(found.items(), key=lambda kv: (kv[1][0] is None, kv[1])):
+        ov = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+        jobs.append(_job(num, [str(o) for o in ov], job_dir))
+    return jobs
+
+
+def _job(num: int | None, overrides: list[str], job_dir: Path | None) -> Job:
+    if job_dir is None:
+        return Job(num, overrides, None, NOT_STARTED)
+    metrics = read_metrics(job_dir)
+    if metrics is None:
+        return Job(num, overrides, job_dir, NOT_FINISHED)
+    return Job(num, overrides, job_dir, FINISHED, metrics)
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys; lists as JSON text."""
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(obj, (list, tuple)):
+        out[prefix[:-1]] = json.dumps(obj)
+    else:
+        out[prefix[:-1]] = obj
+    return out
+
+
+def summary_frame(jobs: list[Job], sweep_dir: Path) -> pd.DataFrame:
+    """One row per job: job, status, dir, overrides, each override key, each metric."""
+    rows = []
+    for job in jobs:
+        row: dict[str, Any] = {
+            "job": job.num,
+            "status": job.status,
+            "dir": str(job.dir.relative_to(sweep_dir)) if job.dir else "",
+            "overrides": " ".join(job.overrides),
+        }
+        for o in job.overrides:
+            row[override_key(o)] = override_value(o)
+        for k, v in flatten(job.metrics).items():
+            row.setdefault(k, v)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    first = [c for c in frame.columns if c in row_keys(jobs)]
+    lead = [c for c in frame.columns if c.split(".")[-1] in LEAD_METRICS and c not in first]
+    lead.sort(key=lambda c: LEAD_METRICS.index(c.split(".")[-1]))
+    rest = [c for c in frame.columns if c not in first and c not in lead]
+    return frame[first + lead + rest]
+
+
+def row_keys(jobs: list[Job]) -> list[str]:
+    return ["job", "status", "dir", "overrides", *override_keys(jobs)]
+
+
+def override_keys(jobs: list[Job]) -> list[str]:
+    return list(dict.fromkeys(override_key(o) for j in jobs for o in j.overrides))
+
+
+def comparison_frame(jobs: list[Job]) -> pd.DataFrame:
+    """One row per setting with both engines finished: speedup and GPU idle of each.
+
+    Pairs sync and async jobs that share every other override; an engine=compare job is a pair
+    by itself (its metrics.json holds sync, async and comparison).
+    """
+    keys = [k for k in override_keys(jobs) if k != ENGINE_KEY]
+    by_setting: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for job in jobs:
+        if job.status != FINISHED:
+            continue
+        ov = {override_key(o): override_value(o) for o in job.overrides}
+        setting = tuple(ov.get(k) for k in keys)
+        m = job.metrics
+        if "sync" in m and "async" in m:
+            by_setting.setdefault(setting, {}).update(sync=m["sync"], async_=m["async"])
+        elif m.get("engine") in ("sync", "async"):
+            name = "async_" if m["engine"] == "async" else "sync"
+            by_setting.setdefault(setting, {})[name] = m
+    rows = []
+    for setting, pair in by_setting.items():
+        if "sync" not in pair or "async_" not in pair:
+            continue
+        s, a = pair["sync"], pair["async_"]
+        ts, ta = s.get("total_time_s"), a.get("total_time_s")
+        rows.append(
+            {
+                **dict(zip(keys, setting)),
+                "speedup": ts / ta if ts and ta else math.nan,
+                "gpu_idle_sync": s.get("gpu_idle_fraction"),
+                "gpu_idle_async": a.get("gpu_idle_fraction"),
+                "time_sync_s": ts,
+                "time_async_s": ta,
+                "step_ms_sync": s.get("step_time_ms_mean"),
+                "step_ms_async": a.get("step_time_ms_mean"),
+                "hazards_async": a.get("hazards"),
+            }
+        )
+    return pd.DataFrame(rows, columns=None if rows else [*keys, "speedup"])
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> Path:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    frame.to_csv(tmp, index=False, quoting=csv.QUOTE_MINIMAL)
+    tmp.replace(path)
+    return path
+
+
+@dataclass
+class SweepResult:
+    jobs: list[Job]
+    summary: Path
+    comparison: Path
+    html: Path | None
+
+    @property
+    def finished(self) -> int:
+        return sum(j.status == FINISHED for j in self.jobs)
+
+
+def write_summary(
+    sweep_dir: Path,
+    multirun_cfg: DictConfig | None = None,
+    html: bool = True,
+    min_speedup: float = 1.05,
+) -> SweepResult:
+    """summary.csv, comparison.csv and (html=True) sweep.html in the sweep directory."""
+    sweep_dir = Path(sweep_dir)
+    jobs = collect_jobs(sweep_dir, multirun_cfg)
+    summary = write_csv(summary_frame(jobs, sweep_dir), sweep_dir / SUMMARY_FILE)
+    comp = comparison_frame(jobs)
+    comparison = write_csv(comp, sweep_dir / COMPARISON_FILE)
+    page = None
+    if html:
+        from cbsim.report.sweep_report import write_sweep_report
+
+        page = write_sweep_report(jobs, comp, sweep_dir / "sweep.html", min_speedup)
+    return SweepResult(jobs, summary, comparison, page)
