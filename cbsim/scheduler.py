@@ -436,7 +436,12 @@ class Scheduler:
         n = int(self._nfilled[i])
         return np.empty(0, dtype=np.int64) if out is None else out[:n].copy()
 
+    def num_outputs(self, rid: int) -> int:
+        """Outputs filled in so far (cheap: no copy of the tokens)."""
+        return int(self._nfilled[self._index[rid]])
+
     def request(self, rid: int) -> RequestState:
+        """A snapshot of one request (copies its outputs)."""
         i = self._index[rid]
         self._sync_steady()
         return RequestState(
@@ -763,6 +768,7 @@ class Scheduler:
             self._nblk[run] = nblk
             self._steady_blk = int((nblk * bs - start).min())
         ctx = start + 1
+        ctx.flags.writeable = False  # the next batch's start_pos
         self._steady_ctx = ctx
         self._steady_k += 1
         self._steady_fin -= 1
@@ -943,10 +949,14 @@ class Scheduler:
         for s, e in zip(starts.tolist(), ends.tolist()):
             i = int(idx[s])
             out = self._outs[i]
-            if out is None:
-                out = self._outs[i] = np.zeros(int(self._maxnew[i]), dtype=np.int64)
-            # these are the last e - s outputs filled so far
             nf = int(self._nfilled[i])
+            if out is None or out.size < nf:  # grow (EOS may stop far below max_new_tokens)
+                cap = min(int(self._maxnew[i]), max(nf, 64, 0 if out is None else 2 * out.size))
+                grown = np.zeros(cap, dtype=np.int64)
+                if out is not None:
+                    grown[: out.size] = out
+                out = self._outs[i] = grown
+            # these are the last e - s outputs filled so far
             out[nf - (e - s) : nf] = tok[s:e]
 
 
@@ -972,21 +982,18 @@ def run_to_completion(
     steps = 0
     prev: Batch | None = None
     while sched.has_unfinished():
-        batch = sched.schedule()
+        batch = sched.schedule()  # raises when nothing can ever run
         if batch is not None:
             steps += 1
             if on_batch is not None:
                 on_batch(batch, prev)
-        if overlap:
-            if prev is not None:
-                sched.update(prev, sample(prev))
-            prev = batch
-        elif batch is not None:
-            sched.update(batch, sample(batch))
-        elif not sched.has_unfinished():
-            break
-        if batch is None and prev is None and not overlap:
-            raise RuntimeError("nothing scheduled while requests remain")
-    if prev is not None:
+        if not overlap:
+            if batch is not None:
+                sched.update(batch, sample(batch))
+            continue
+        if prev is not None:
+            sched.update(prev, sample(prev))
+        prev = batch
+    if prev is not None:  # outputs of requests already retired (EOS): dropped
         sched.update(prev, sample(prev))
     return steps
