@@ -461,6 +461,13 @@ class Scheduler:
     def rids(self) -> list[int]:
         return self._rid[: self._n].tolist()
 
+    def held_blocks(self) -> dict[int, np.ndarray]:
+        """KV block ids each request holds now (for checks; not for the hot path)."""
+        return {
+            int(self._rid[i]): self._flat[self._seg[i] : self._seg[i] + self._nblk[i]].copy()
+            for i in np.flatnonzero(self._nblk[: self._n]).tolist()
+        }
+
     # ------------------------------------------------------------------ schedule
 
     def schedule(self, now_s: float = math.inf) -> Batch | None:

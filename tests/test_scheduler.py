@@ -152,6 +152,10 @@ def check_counters(sched: Scheduler) -> None:
     c = sched.counters()
     assert c["kv_blocks_used"] == sched.kv.num_used
     assert 0 <= c["running"] and 0 <= c["waiting"]
+    held = sched.held_blocks()
+    ids = np.concatenate(list(held.values())) if held else np.empty(0, dtype=np.int32)
+    assert np.unique(ids).size == ids.size, "a block held by two requests"
+    assert sorted(ids.tolist()) == sched.kv.used_blocks().tolist()
 
 
 def expected_outputs(r: Request, eos_at: dict[int, int]) -> list[int]:
@@ -527,3 +531,20 @@ def test_fast_path_is_taken_in_steady_decode():
     drive(sched, reqs, overlap=True)
     assert calls["general"] == 1  # the prefill; the rest, finishing steps too, is steady
     check_all_done(sched, reqs, {})
+
+
+def test_eos_output_in_flight_is_dropped():
+    w = WorkloadConfig(batch_size=2, kv_num_blocks=16, ignore_eos=False)
+    sched = Scheduler(w, eos_token_id=EOS)
+    sched.add_all(reqs_from([3, 3], [5, 5]))
+    b0 = sched.schedule()
+    b1 = sched.schedule()  # both decode with placeholders: b0's tokens unknown
+    assert b1.rids.tolist() == [0, 1]
+    assert sched.update(b0, np.array([EOS, 11])) == [0]  # rid 0 sampled EOS
+    assert sched.kv_blocks_used == 1  # its blocks are free for later batches
+    b2 = sched.schedule()
+    assert b2.rids.tolist() == [1]
+    assert sched.update(b1, np.array([99, 12])) == []  # rid 0's 99 is dropped
+    s0 = sched.request(0)
+    assert s0.outputs.tolist() == [EOS] and s0.finish_reason == "eos" and s0.finish_step == 0
+    assert sched.outputs(1).tolist() == [11, 12]
