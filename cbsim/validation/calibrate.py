@@ -196,9 +196,14 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
     y = np.concatenate([d[2] for d in data])
     prior = dict(zip(names, [getattr(hw.gpu, k) for k in names]))
     fit = curve_fit(model, y, theta0, names, lower, upper)
+    out = outliers(fit.residuals)
+    if out.any():  # a forward far off the fit (a clock hiccup, a one-off recompile): left out
+        fit = curve_fit(
+            lambda t: model(t)[~out], y[~out], [fit.values[k] for k in names], names, lower, upper
+        )
     hw.gpu = gpu_of(np.array([fit.values[k] for k in names]))
     fit.values = {k: getattr(hw.gpu, k) for k in names}
-    cal.rows.append(Row("forward", len(y), fit, prior))
+    cal.rows.append(Row(_label("forward", out), int((~out).sum()), fit, prior))
 
     carry = pd.concat(
         [
@@ -246,13 +251,30 @@ def fit_copies(recs: list[Recorded], cal: Calibration) -> None:
     names = ["copy_latency_us", "us_per_byte_h2d", "us_per_byte_d2h"]
     prior = [hw.copy_latency_us, 1e6 / hw.h2d_bandwidth, 1e6 / hw.d2h_bandwidth]
     # a bandwidth term under 1% of the copy time at the prior bandwidth cannot be measured
-    fit = linear_fit(X, np.array([r[2] for r in rows]), names, prior, min_share=0.01)
+    y = np.array([r[2] for r in rows])
+    fit = linear_fit(X, y, names, prior, min_share=0.01)
+    out = outliers(fit.residuals)
+    if out.any():
+        fit = linear_fit(X[~out], y[~out], names, prior, min_share=0.01)
     hw.copy_latency_us = fit.values["copy_latency_us"]
     if fit.values["us_per_byte_h2d"] > 0:
         hw.h2d_bandwidth = 1e6 / fit.values["us_per_byte_h2d"]
     if fit.values["us_per_byte_d2h"] > 0:
         hw.d2h_bandwidth = 1e6 / fit.values["us_per_byte_d2h"]
-    cal.rows.append(Row("copies", len(rows), fit, dict(zip(names, prior))))
+    cal.rows.append(Row(_label("copies", out), int((~out).sum()), fit, dict(zip(names, prior))))
+
+
+def outliers(rel: np.ndarray) -> np.ndarray:
+    """Samples whose relative residual is more than 10 robust deviations (and 5%) from the
+    median; none when that would be over a fifth of the data (then the model is what is off)."""
+    dev = np.abs(rel - np.median(rel))
+    mad = 1.4826 * float(np.median(dev))
+    out = dev > max(10.0 * mad, 0.05)
+    return out if out.sum() <= 0.2 * len(rel) else np.zeros(len(rel), dtype=bool)
+
+
+def _label(what: str, out: np.ndarray) -> str:
+    return f"{what} ({int(out.sum())} outliers out)" if out.any() else what
 
 
 # ---- host ------------------------------------------------------------------------------------

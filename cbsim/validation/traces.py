@@ -3,6 +3,7 @@ tables of what each lane did."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from dataclasses import dataclass
@@ -76,7 +77,16 @@ class Recorded:
 
     @cached_property
     def config(self) -> CbsimConfig:
-        return config_of(self.trace, str(self.path))
+        """The run config, with what the runtime reports it actually did (its graph buckets,
+        whether graphs ran at all) in place of what was asked for."""
+        cfg = config_of(self.trace, str(self.path))
+        other, eng = self.trace.other_data, cfg.engine
+        buckets = other.get("graph_buckets")
+        if isinstance(buckets, list) and buckets and all(isinstance(b, int) for b in buckets):
+            eng = dataclasses.replace(eng, graph_batch_sizes=sorted(buckets))
+        if isinstance(other.get("cuda_graphs"), bool):
+            eng = dataclasses.replace(eng, cuda_graphs=other["cuda_graphs"])
+        return dataclasses.replace(cfg, engine=eng)
 
     @cached_property
     def spans(self) -> pd.DataFrame:
