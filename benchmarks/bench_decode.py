@@ -37,6 +37,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: runtime.kernels
+from runtime.kernels.fused_elementwise import (  # noqa: E402
+    fuse_norm_and_rope,
+    unfuse_norm_and_rope,
+)
 from runtime.kernels.fused_projections import fuse_qkv_and_gate_up  # noqa: E402
 from runtime.kernels.paged_attention import (  # noqa: E402
     paged_decode_attention,
@@ -46,9 +50,9 @@ from runtime.kernels.paged_attention import (  # noqa: E402
     triton_available,
 )
 
-COPY_TBPS_BRIEF = (
-    4.27  # measured HBM copy bandwidth on the H200 (BRIEF.md), used if not re-measured
-)
+# The floor's denominator: HBM copy bandwidth on the H200 as the brief and issue 7 define it (read +
+# written bytes of a large device-to-device copy). This run's own copy measurement is recorded too.
+COPY_TBPS_BRIEF = 4.27
 
 SHAPE_8B = dict(
     hidden_size=4096,
@@ -163,12 +167,24 @@ class Bench:
             props = torch.cuda.get_device_properties(0)
             info["sms"] = props.multi_processor_count
             info["mem_gib"] = round(props.total_memory / 2**30, 1)
-            n = 1 << 30  # 2 GiB bf16 copy: 4 GiB moved
-            a = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+            # eager copies timed with events (a graph-captured memcpy node measured 2.7 TB/s in
+            # run 1, against 4.3 for an eager copy in KINDS.md); 4 GiB read + 4 GiB written
+            a = torch.randn(1 << 31, device="cuda", dtype=torch.bfloat16)
             b = torch.empty_like(a)
-            t = self.time_fn(lambda: b.copy_(a), iters=10)
-            self.copy_tbps = 2 * a.numel() * 2 / (t["ms"] * 1e-3) / 1e12
-            info["copy_tbps_measured"] = round(self.copy_tbps, 3)
+            for _ in range(3):
+                b.copy_(a)
+            ev = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                for _ in range(10)
+            ]
+            for e0, e1 in ev:
+                e0.record()
+                b.copy_(a)
+                e1.record()
+            torch.cuda.synchronize()
+            ms = statistics.median(e0.elapsed_time(e1) for e0, e1 in ev)
+            info["copy_tbps_measured_eager"] = round(2 * a.numel() * 2 / (ms * 1e-3) / 1e12, 3)
+            info["copy_tbps_floor"] = self.copy_tbps
             del a, b
         self.record(section="env", **info)
         self.log(f"env: {info}")
@@ -283,28 +299,24 @@ class Bench:
         scale = D**-0.5
         variants = {}
         if self.cuda and triton_available():
-            for bn, nw, ns in (
-                (64, 4, 2),
-                (32, 4, 2),
-                (128, 4, 2),
-                (64, 8, 2),
-                (64, 4, 3),
-                (128, 8, 3),
-                (32, 2, 3),
+            # run 1 swept block_n, warps, stages and partitions 128..2048 at p512 (perf-notes.md);
+            # run 2 checks the "auto" partition against its neighbours and the two runner-up tiles
+            for p, bn, nw, ns in (
+                ("auto", 64, 4, 2),
+                ("auto", 64, 4, 3),
+                ("auto", 128, 4, 2),
+                (1024, 64, 4, 2),
+                (2048, 64, 4, 2),
+                (4096, 64, 4, 2),
             ):
-                variants[f"triton p512 n{bn} w{nw} s{ns}"] = dict(
+                variants[f"triton p{p} n{bn} w{nw} s{ns}"] = dict(
                     fn=paged_decode_attention,
-                    kw=dict(partition_size=512, block_n=bn, num_warps=nw, num_stages=ns),
-                )
-            for p in (None, 128, 256, 1024, 2048):
-                variants[f"triton p{p} n64 w4 s2"] = dict(
-                    fn=paged_decode_attention,
-                    kw=dict(partition_size=p, block_n=64, num_warps=4, num_stages=2),
+                    kw=dict(partition_size=p, block_n=bn, num_warps=nw, num_stages=ns),
                 )
         variants["torch sdpa-gather"] = dict(fn=paged_decode_attention_sdpa, kw={})
         variants["torch fp32 reference"] = dict(fn=paged_decode_attention_reference, kw={})
         sweep_only = {
-            k for k in variants if k.startswith("triton") and k != "triton p512 n64 w4 s2"
+            k for k in variants if k.startswith("triton") and k != "triton pauto n64 w4 s2"
         }
         results = {}
         for ctx in contexts:
@@ -316,7 +328,7 @@ class Bench:
                 if self.left() < a.reserve_s:
                     self.log("kernel: out of time")
                     return
-                if name in sweep_only and ctx not in (contexts[0], 1024, max_ctx):
+                if name in sweep_only and ctx not in contexts:
                     continue
                 if name == "torch fp32 reference" and ctx > 1024:
                     continue
@@ -341,7 +353,7 @@ class Bench:
                 )
             # the same kernel with a table sized for the longest context: reads only live KV
             if self.cuda and triton_available() and ctx < max_ctx:
-                name = "triton p512 n64 w4 s2 (full-width table)"
+                name = "triton pauto n64 w4 s2 (full-width table)"
 
                 def step_full(lens=lens):
                     for k, v in caches:
@@ -355,7 +367,7 @@ class Bench:
                     f"kernel {name:28s} ctx {ctx:5d}: {t['ms']:8.3f} ms/32 layers  {gbs:7.0f} GB/s"
                 )
         # the best Triton config over the contexts where all were timed
-        swept = [c for c in contexts if c in (contexts[0], 1024, max_ctx)]
+        swept = list(contexts)
         best, best_total = None, math.inf
         for name in variants:
             if not name.startswith("triton"):
@@ -505,51 +517,116 @@ class Bench:
                      f"{100 * floor_ms / t['ms']:5.1f}% of floor ({floor_ms:.2f} ms)")  # fmt: skip
 
         triton_ok = self.cuda and triton_available()
-        tkw = getattr(self, "triton_kw", dict(partition_size=512))
+        tkw = getattr(self, "triton_kw", dict(partition_size="auto"))
 
-        def sweep(prefix):
+        def sweep(prefix, sdpa=False, full_width=False):
             for ctx in contexts:
                 if triton_ok:
                     set_context(ctx, paged_decode_attention, tkw)
                     run(f"{prefix} + triton paged", ctx, paged_decode_attention, tkw)
-                    if ctx < max_ctx:
+                    if full_width and ctx < max_ctx:
                         set_context(ctx, paged_decode_attention, tkw, full_table=True)
                         run(
-                            f"{prefix} + triton (full-width table)",
-                            ctx,
-                            paged_decode_attention,
-                            tkw,
+                            f"{prefix} + triton, full-width table", ctx, paged_decode_attention, tkw
                         )
-                if prefix == "unfused" or not triton_ok:
+                if sdpa or not triton_ok:
                     set_context(ctx, paged_decode_attention_sdpa, {})
                     run(f"{prefix} + torch sdpa-gather", ctx, paged_decode_attention_sdpa, {})
                 if self.cuda:
                     torch.cuda.empty_cache()
 
-        # weights only (attention = identity): the GEMM + norm + rope part of the step
-        set_context(contexts[0], None, {})
-        model.set_attn_implementation("cbsim_none")
-        run("unfused, no attention", 0, None, {})
-        model.set_attn_implementation("cbsim_paged")
-        sweep("unfused")
+        def weights_only(prefix):
+            # attention = identity: the GEMM + norm + rope + residual part of the step
+            set_context(contexts[0], None, {})
+            model.set_attn_implementation("cbsim_none")
+            run(f"{prefix}, no attention", 0, None, {})
+            model.set_attn_implementation("cbsim_paged")
+
+        def step_logits(ctx=1024):
+            set_context(
+                min(ctx, max_ctx),
+                paged_decode_attention if triton_ok else paged_decode_attention_sdpa,
+                tkw if triton_ok else {},
+            )
+            with torch.no_grad():
+                return (
+                    model(input_ids=ids, position_ids=state["pos"], use_cache=False)
+                    .logits[:, -1]
+                    .float()
+                )
+
+        weights_only("unfused")
+        sweep("unfused", sdpa=True)
+        ref_logits = step_logits()
 
         fuse_qkv_and_gate_up(model)
         if self.cuda:
             torch.cuda.empty_cache()
-        set_context(contexts[0], None, {})
-        model.set_attn_implementation("cbsim_none")
-        run("fused, no attention", 0, None, {})
-        model.set_attn_implementation("cbsim_paged")
-        self.plumbing_check(model, config, state, dtype, label="fused")
-        sweep("fused")
+        self.compare_logits(
+            "fused qkv/gate_up vs unfused, one decode step", step_logits(), ref_logits
+        )
+        weights_only("fused proj")
+        sweep("fused proj")
+
+        counts = fuse_norm_and_rope(model)
+        self.compare_logits(
+            f"+ fused norm/rope ({counts}) vs unfused, one decode step", step_logits(), ref_logits
+        )
+        self.plumbing_check(model, config, state, dtype, label="all fusions")
+        weights_only("fused proj+norm+rope")
+        sweep("fused proj+norm+rope", full_width=True)
+        try:
+            self.profile_step(model, state, set_context, decode_step, tkw)
+        except Exception as e:
+            self.log(f"profile: FAILED {e!r:.300}")
 
         if not a.skip_hf:  # last: the least informative, and it needs its own KV allocation
+            unfuse_norm_and_rope(model)
             state.clear()
             caches = table_full = None  # noqa: F841
             gc.collect()
             if self.cuda:
                 torch.cuda.empty_cache()
             self.hf_static_sdpa(model, config, ids, kv_per_token, weight_bytes)
+
+    def compare_logits(self, label, out, ref):
+        err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+        same = float((out.argmax(-1) == ref.argmax(-1)).float().mean())
+        self.record(section="logits", label=label, rel_err=err, argmax_agree=same)
+        self.log(f"logits {label}: rel err {err:.2e}, argmax agreement {same:.2f}")
+
+    def profile_step(self, model, state, set_context, decode_step, tkw, ctx=1024):
+        """Kernels per decode step and GPU time by kind (eager, torch.profiler), at one context."""
+        if not self.cuda or self.left() < self.args.reserve_s + 10:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        set_context(min(ctx, max(self.contexts)), paged_decode_attention, tkw)
+        with torch.no_grad():
+            decode_step()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                decode_step()
+                torch.cuda.synchronize()
+        kinds: dict[str, list[float]] = {}
+        for ev in prof.events():
+            if ev.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            n = ev.name.lower()
+            kind = (
+                "gemm" if any(w in n for w in ("gemm", "gemv", "cutlass", "sm90", "splitk", "nvjet"))
+                else "attention" if "paged_decode" in n
+                else "norm/rope (triton)" if ("rmsnorm" in n or "rope" in n)
+                else "memcpy/memset" if ("memcpy" in n or "memset" in n)
+                else "other elementwise/index"
+            )  # fmt: skip
+            kinds.setdefault(kind, []).append(ev.time_range.elapsed_us())
+        summary = {k: dict(kernels=len(v), us=round(sum(v), 1)) for k, v in kinds.items()}
+        self.record(section="profile", ctx=ctx, kinds=summary)
+        self.log(f"profile (eager, ctx {ctx}): {summary}")
+        (self.out / "profile.txt").write_text(
+            prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
+        )
 
     def plumbing_check(self, model, config, state, dtype, label="unfused"):
         """Feed a short sequence token by token through the paged decode path (each step writes its
@@ -620,7 +697,7 @@ class Bench:
             except Exception as e:
                 self.record(
                     section="model",
-                    variant="transformers sdpa + StaticCache (fused proj.)",
+                    variant="transformers sdpa + StaticCache (qkv/gate_up fused)",
                     ctx=ctx,
                     error=repr(e)[:400],
                 )
@@ -635,7 +712,7 @@ class Bench:
             moved = weight_bytes + B * ctx * kv_per_token
             floor_ms = moved / (self.copy_tbps * 1e12) * 1e3
             gbs = moved / (t["ms"] * 1e-3) / 1e9
-            self.record(section="model", variant="transformers sdpa + StaticCache (fused proj.)", ctx=ctx, batch=B, bytes=moved,
+            self.record(section="model", variant="transformers sdpa + StaticCache (qkv/gate_up fused)", ctx=ctx, batch=B, bytes=moved,
                         floor_ms=floor_ms, gbps=gbs, pct_floor=100 * floor_ms / t["ms"],
                         tok_per_s=B / (t["ms"] * 1e-3), **t)  # fmt: skip
             self.log(f"model {'transformers sdpa + StaticCache (fused)':34s} ctx {ctx:5d}: {t['ms']:8.3f} ms/step  "

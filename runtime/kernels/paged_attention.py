@@ -31,9 +31,12 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-# Tokens per split-K partition. Measured on the H200 (experiments/perf-notes.md): 512 keeps 4096+
-# programs in flight at 8K context and costs under 1% extra traffic for the partial outputs.
-DEFAULT_PARTITION = 512
+# Split-K partitioning ("auto"), from the H200 sweep in experiments/perf-notes.md (B=32, Hkv=8):
+# at 1K context one partition per (request, kv head) beat four (the reduce costs more than it
+# brings); at 8K four partitions (1024 programs) beat one (256) by 15% and sixteen by 4%. So aim at
+# about TARGET_PROGRAMS programs, never cutting partitions below MIN_PARTITION tokens.
+TARGET_PROGRAMS = 1024
+MIN_PARTITION = 1024
 DEFAULT_BLOCK_N = 64
 
 DecodeAttention = Callable[..., torch.Tensor]
@@ -87,7 +90,7 @@ def paged_decode_attention(
     context_lens: torch.Tensor,
     scale: float,
     *,
-    partition_size: int | None = DEFAULT_PARTITION,
+    partition_size: int | str | None = "auto",
     block_n: int = DEFAULT_BLOCK_N,
     num_warps: int = 4,
     num_stages: int = 2,
@@ -96,8 +99,9 @@ def paged_decode_attention(
     """The Triton paged decode-attention kernel (see the module docstring for shapes).
 
     partition_size: tokens per split-K program (a multiple of block_n); None = one partition
-    covering the block table (no second kernel). The number of partitions is
-    ceil(max_blocks * block_size / partition_size): static, so graph capture sees fixed shapes.
+    covering the block table (no second kernel); "auto" = `pick_partition`. The number of
+    partitions is ceil(max_blocks * block_size / partition_size): static, so graph capture sees
+    fixed shapes, and partitions past a request's context exit at once.
     """
     tk = _triton_kernels()
     B, Hq, Hkv, D, block_size = _check(q, k_cache, v_cache, block_tables, context_lens)
@@ -115,6 +119,8 @@ def paged_decode_attention(
     max_ctx = block_tables.shape[1] * block_size
     if partition_size is None:
         partition = max(block_n, triton_next_pow2(max_ctx))
+    elif partition_size == "auto":
+        partition = pick_partition(B, Hkv, max_ctx, block_n)
     else:
         if partition_size % block_n:
             raise ValueError(
@@ -177,6 +183,14 @@ def paged_decode_attention(
             num_warps=4,
         )
     return out
+
+
+def pick_partition(batch: int, kv_heads: int, max_ctx: int, block_n: int = DEFAULT_BLOCK_N) -> int:
+    """Tokens per partition for a static (batch, kv heads, table width): about TARGET_PROGRAMS
+    programs at full context, partitions of at least MIN_PARTITION tokens, a power of two."""
+    want_splits = max(1, -(-TARGET_PROGRAMS // max(1, batch * kv_heads)))
+    partition = triton_next_pow2(-(-max_ctx // want_splits))
+    return max(partition, MIN_PARTITION, block_n)
 
 
 def triton_next_pow2(n: int) -> int:
