@@ -254,6 +254,27 @@ def lines_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) ->
     return fig
 
 
+def single_figure(comp: pd.DataFrame, threshold: float) -> go.Figure:
+    """One setting: the speedup as a bar against the line where async pays."""
+    fig = go.Figure(
+        go.Bar(
+            x=["async speedup"],
+            y=comp["speedup"].astype(float).to_list()[:1],
+            marker_color="#1f77b4",
+            width=0.4,
+            hovertemplate="x%{y:.3f}<extra></extra>",
+        )
+    )
+    fig.add_hline(
+        y=threshold,
+        line=dict(color="#555", dash="dot"),
+        annotation_text=f"pays above x{threshold:g}",
+        annotation_position="top left",
+    )
+    fig.update_layout(height=300, width=420, margin=dict(l=60, r=20, t=30, b=40))
+    return fig
+
+
 def verdict(comp: pd.DataFrame, keys: list[str], threshold: float) -> str:
     ok = comp["speedup"].astype(float)
     pays = comp[ok >= threshold]
@@ -304,6 +325,8 @@ def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: fl
             if x is not None:
                 page.figure(heatmap_figure(g, x, y, threshold), "heatmap")
                 page.figure(lines_figure(g, x, y, threshold), "lines")
+            else:
+                page.figure(single_figure(g, threshold), "speedup")
         if len(groups) > MAX_FACETS:
             page.para(
                 f"{len(groups) - MAX_FACETS} more groups of {', '.join(facets)} are in "

@@ -1,0 +1,222 @@
+"""The sweep summary: job discovery, pairing, summary.csv/sweep.html, and resume through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import run_cli
+from synthetic_trace import cost_model, loop_trace
+
+from cbsim.metrics import compare_metrics, compute_metrics
+from cbsim.report.sweep_report import crossovers, pick_axes
+from cbsim.sweep import collect_jobs, comparison_frame, write_summary
+from cbsim.sweep.__main__ import main as sweep_main
+from cbsim.sweep.summary import FINISHED, NOT_FINISHED, NOT_STARTED, flatten
+
+SWEEP = ["engine=sync,async", "workload.batch_size=1,8,32,128", "workload.gen_len=1024,32768"]
+
+
+def fake_metrics(engine: str, batch_size: int, gen_len: int) -> dict:
+    cpu, gpu = cost_model(batch_size, gen_len)
+    if engine == "compare":
+        s, a = (compute_metrics(loop_trace(e, 20, batch_size, cpu, gpu)) for e in ("sync", "async"))
+        return {"sync": s, "async": a, "comparison": compare_metrics(s, a)}
+    return {"engine": engine, **compute_metrics(loop_trace(engine, 20, batch_size, cpu, gpu))}
+
+
+def make_sweep(
+    root: Path, task: list[str], skip: set[int] = frozenset(), unfinished: set[int] = frozenset()
+) -> Path:
+    """A sweep dir as Hydra + cbsim.app leave it: multirun.yaml, job dirs, metrics.json."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": task}}}))
+    jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(task), None)[0]
+    for num, overrides in enumerate(jobs):
+        if num in skip:
+            continue
+        job = root / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
+        (job / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"job": {"num": num}}}))
+        if num in unfinished:
+            continue
+        ov = dict(o.split("=", 1) for o in overrides)
+        m = fake_metrics(ov["engine"], int(ov["workload.batch_size"]), int(ov["workload.gen_len"]))
+        (job / "metrics.json").write_text(json.dumps(m))
+    return root
+
+
+def test_summary_lists_every_job_and_pairs_the_engines(tmp_path):
+    sweep = make_sweep(tmp_path / "sw", SWEEP, skip={15}, unfinished={3})
+    result = write_summary(sweep)
+    summary = pd.read_csv(result.summary)
+    assert len(summary) == 16
+    assert list(summary.columns[:7]) == [
+        "job",
+        "status",
+        "dir",
+        "overrides",
+        "engine",
+        "workload.batch_size",
+        "workload.gen_len",
+    ]
+    status = dict(zip(summary["job"], summary["status"]))
+    assert status[3] == NOT_FINISHED and status[15] == NOT_STARTED
+    assert sum(s == FINISHED for s in status.values()) == 14
+    assert summary.loc[summary.job == 3, "total_time_s"].isna().all()
+    assert "lane_busy.compute" in summary.columns  # nested metrics are flattened
+    comp = pd.read_csv(result.comparison)
+    # 8 settings; job 3 (sync, 8, 32768) and job 15 (async, 128, 32768) leave two without a pair
+    assert len(comp) == 6
+    row = comp[(comp["workload.batch_size"] == 32) & (comp["workload.gen_len"] == 1024)].iloc[0]
+    sync = summary[
+        (summary.engine == "sync")
+        & (summary["workload.batch_size"] == 32)
+        & (summary["workload.gen_len"] == 1024)
+    ].iloc[0]
+    asyn = summary[
+        (summary.engine == "async")
+        & (summary["workload.batch_size"] == 32)
+        & (summary["workload.gen_len"] == 1024)
+    ].iloc[0]
+    assert row["speedup"] == pytest.approx(sync["total_time_s"] / asyn["total_time_s"])
+    assert row["gpu_idle_sync"] == pytest.approx(sync["gpu_idle_fraction"])
+    html = result.html.read_text()
+    assert "Not finished: 2" in html and "cbsim sweep: 14 of 16 jobs finished" in html
+    assert "async speedup" in html
+
+
+def test_compare_jobs_are_pairs_by_themselves(tmp_path):
+    sweep = make_sweep(
+        tmp_path / "sw", ["engine=compare", "workload.batch_size=1,128", "workload.gen_len=1024"]
+    )
+    jobs = collect_jobs(sweep)
+    comp = comparison_frame(jobs)
+    assert len(comp) == 2
+    for job, row in zip(jobs, comp.to_dict("records")):
+        assert row["speedup"] == pytest.approx(job.metrics["comparison"]["speedup"])
+    summary = pd.read_csv(write_summary(sweep, html=False).summary)
+    assert "sync.total_time_s" in summary and "comparison.speedup" in summary
+
+
+def test_job_dirs_without_multirun_yaml_and_odd_files(tmp_path):
+    sweep = make_sweep(
+        tmp_path / "sw", ["engine=sync,async", "workload.batch_size=8", "workload.gen_len=1024"]
+    )
+    (sweep / "multirun.yaml").unlink()
+    (sweep / "1" / "metrics.json").write_text("{not json")
+    jobs = collect_jobs(sweep)
+    assert [j.status for j in jobs] == [FINISHED, NOT_FINISHED]
+    assert comparison_frame(jobs).empty
+    html = write_summary(sweep).html.read_text()
+    assert "No setting has both engines finished yet" in html
+
+
+def test_flatten_and_axes_and_crossovers():
+    assert flatten({"a": 1, "b": {"c": 2, "d": [1, 2]}}) == {"a": 1, "b.c": 2, "b.d": "[1, 2]"}
+    comp = pd.DataFrame(
+        {
+            "workload.gen_len": [1, 2, 1, 2],
+            "workload.batch_size": [1, 1, 8, 8],
+            "seed": [0, 0, 0, 0],
+            "speedup": [1.0] * 4,
+        }
+    )
+    assert pick_axes(comp, ["workload.gen_len", "workload.batch_size", "seed"]) == (
+        "workload.batch_size",
+        "workload.gen_len",
+        [],
+    )
+    # log-interpolated in x: 1.0 at 8, 1.1 at 32 -> 1.05 at 16
+    assert crossovers([8, 32], [1.0, 1.1], 1.05) == [pytest.approx(16.0)]
+    assert crossovers([1, 8, 32], [1.2, 1.1, 1.06], 1.05) == []
+    assert crossovers([1, 8], [math.nan, 1.0], 1.05) == []
+
+
+def test_rebuild_from_the_command_line(tmp_path, capsys):
+    sweep = make_sweep(
+        tmp_path / "sw", ["engine=sync,async", "workload.batch_size=8", "workload.gen_len=1024"]
+    )
+    assert sweep_main([str(sweep), "--min-speedup", "1.5"]) == 0
+    assert "2/2 jobs finished" in capsys.readouterr().out
+    assert "pays above x1.5" in (sweep / "sweep.html").read_text()
+    assert sweep_main([str(tmp_path / "missing")]) == 2
+
+
+# --- through Hydra: the callback, resume and launchers (the simulator runs tiny workloads) ---
+
+SMALL = [
+    "engine=sync,async",
+    "workload.batch_size=4,8",
+    "workload.gen_len=16",
+    "output.print_table=false",
+]
+
+
+def _multirun(sweep: Path, tmp_path: Path, *extra: str, jobs: list[str] = SMALL):
+    r = run_cli(["-m", *jobs, *extra, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_interrupted_sweep_resumes_and_summarises_every_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    log = _multirun(sweep, tmp_path, "output.report=false")
+    assert "job 1/4 started" in log and "4/4 jobs finished" in log
+    first = pd.read_csv(sweep / "summary.csv")
+    assert (first["status"] == FINISHED).all() and len(first) == 4
+    kept = (sweep / "0" / "metrics.json").read_text()
+    # job 2 stopped half-way: no metrics.json; the summary says so before the rerun
+    (sweep / "2" / "metrics.json").unlink()
+    interrupted = write_summary(sweep, html=False)
+    assert [j.status for j in interrupted.jobs].count(NOT_FINISHED) == 1
+    assert len(comparison_frame(interrupted.jobs)) == 1
+
+    log = _multirun(sweep, tmp_path, "output.report=false")
+    assert log.count("skipped (resume)") == 3
+    assert "3 finished before" in log
+    assert (sweep / "0" / "metrics.json").read_text() == kept
+    again = pd.read_csv(sweep / "summary.csv")
+    assert (again["status"] == FINISHED).all() and len(again) == 4
+    assert len(pd.read_csv(sweep / "comparison.csv")) == 2
+    assert (sweep / "sweep.html").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["parallel", "slurm_local"])
+def test_launchers_run_the_sweep_and_the_summary(tmp_path, launcher):
+    pytest.importorskip(
+        "hydra_plugins.hydra_joblib_launcher"
+        if launcher == "parallel"
+        else "hydra_plugins.hydra_submitit_launcher"
+    )
+    sweep = tmp_path / "sweep"
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "parallel" else []
+    pair = ["engine=sync,async", "workload.batch_size=4", "workload.gen_len=16"]
+    log = _multirun(sweep, tmp_path, f"hydra/launcher={launcher}", *extra, jobs=pair)
+    assert "2/2 jobs finished" in log
+    summary = pd.read_csv(sweep / "summary.csv")
+    assert (summary["status"] == FINISHED).all() and len(summary) == 2
+    assert len(pd.read_csv(sweep / "comparison.csv")) == 1
+    assert all((sweep / str(i) / "report.html").is_file() for i in range(2))
+
+
+def test_help_describes_sweeps_and_reports(tmp_path):
+    r = run_cli(["--help"], cwd=tmp_path, timeout=60)
+    assert r.returncode == 0
+    assert "summary.csv" in r.stdout and "hydra.sweep.dir" in r.stdout
+    assert "engine: async, compare" in r.stdout.replace("engine_schema, ", "")
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
