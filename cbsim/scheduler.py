@@ -287,7 +287,10 @@ class Scheduler:
         self._grow(64)
         self._prompts: list[np.ndarray] = []
         self._index: dict[int, int] = {}
-        self._outs: list[np.ndarray | None] = []
+        # outputs: logged per update, moved into one flat buffer (a max_new_tokens segment per
+        # request, given at its first flush) when someone reads them
+        self._outbuf = np.zeros(0, dtype=np.int64)
+        self._outbuf_top = 0
         # block tables: one segment of the flat table per admission, never reused, so a batch's
         # views stay valid after later schedule() calls
         self._flat = np.zeros(1024, dtype=np.int32)
@@ -337,6 +340,7 @@ class Scheduler:
         g("_finish", np.int64, -1)
         g("_reason", np.int8)
         g("_npreempt", np.int64)
+        g("_outoff", np.int64, -1)  # segment in the output buffer; -1: none yet
         self._cap = cap
 
     def add(self, request: Request) -> None:
@@ -368,7 +372,6 @@ class Scheduler:
         self._n += 1
         self._index[rid] = i
         self._prompts.append(prompt)
-        self._outs.append(None)
         self._rid[i] = rid
         self._arrival[i] = float(request.arrival_s)
         self._plen[i] = plen
@@ -432,9 +435,9 @@ class Scheduler:
         """The outputs of a request filled in so far (int64)."""
         i = self._index[rid]
         self._flush_log()
-        out = self._outs[i]
         n = int(self._nfilled[i])
-        return np.empty(0, dtype=np.int64) if out is None else out[:n].copy()
+        off = int(self._outoff[i])
+        return self._outbuf[off : off + n].copy() if n else np.empty(0, dtype=np.int64)
 
     def num_outputs(self, rid: int) -> int:
         """Outputs filled in so far (cheap: no copy of the tokens)."""
@@ -852,7 +855,7 @@ class Scheduler:
             seq = np.concatenate(
                 (
                     self._prompts[i][s:p] if s < p else _EMPTY_I64,
-                    self._outs[i][max(s - p, 0) : e - p],
+                    self._outbuf[self._outoff[i] + max(s - p, 0) : self._outoff[i] + e - p],
                 )
             )
             ids[o : o + e - s] = seq
@@ -942,7 +945,7 @@ class Scheduler:
         self._unfinished -= 1
 
     def _flush_log(self) -> None:
-        """Move logged outputs into per-request arrays (outputs arrive in order per request)."""
+        """Move logged outputs into the flat output buffer (they arrive in order per request)."""
         if not self._log:
             return
         idx = np.concatenate([a for a, _ in self._log])
@@ -950,21 +953,27 @@ class Scheduler:
         self._log = []
         order = np.argsort(idx, kind="stable")
         idx, tok = idx[order], tok[order]
-        bounds = np.flatnonzero(np.diff(idx)) + 1
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [idx.size]))
-        for s, e in zip(starts.tolist(), ends.tolist()):
-            i = int(idx[s])
-            out = self._outs[i]
-            nf = int(self._nfilled[i])
-            if out is None or out.size < nf:  # grow (EOS may stop far below max_new_tokens)
-                cap = min(int(self._maxnew[i]), max(nf, 64, 0 if out is None else 2 * out.size))
-                grown = np.zeros(cap, dtype=np.int64)
-                if out is not None:
-                    grown[: out.size] = out
-                out = self._outs[i] = grown
-            # these are the last e - s outputs filled so far
-            out[nf - (e - s) : nf] = tok[s:e]
+        n = idx.size
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(idx[1:], idx[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        counts = np.diff(np.append(starts, n))
+        uniq = idx[starts]
+        new = uniq[self._outoff[uniq] < 0]
+        if new.size:  # first outputs of these requests: give each a max_new_tokens segment
+            caps = self._maxnew[new]
+            self._outoff[new] = self._outbuf_top + np.cumsum(caps) - caps
+            top = self._outbuf_top + int(caps.sum())
+            if top > self._outbuf.size:
+                grown = np.zeros(max(top, 2 * self._outbuf.size), dtype=np.int64)
+                grown[: self._outbuf_top] = self._outbuf[: self._outbuf_top]
+                self._outbuf = grown
+            self._outbuf_top = top
+        # the logged outputs of a request are its last `count` filled ones, in order
+        rank = np.arange(n) - np.repeat(starts, counts)
+        pos = self._outoff[idx] + self._nfilled[idx] - np.repeat(counts, counts) + rank
+        self._outbuf[pos] = tok
 
 
 def default_num_kv_blocks(workload: WorkloadConfig, requests: Iterable[Request]) -> int:
