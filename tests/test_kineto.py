@@ -57,6 +57,17 @@ def test_h200_trace_lanes_steps_and_metrics(kind, tmp_path):
     assert spans.ts.min() >= 0.0
 
 
+def test_steps_from_graph_launches_without_ranges():
+    """An engine that marks nothing (no record_function): each cudaGraphLaunch is a step."""
+    trace = import_kineto(H200["graph"], step_marker="^no such range$")
+    assert trace.other_data["kineto"]["steps_from"] == "cudaGraphLaunch"
+    fwd = trace.spans[trace.spans.lane == S.COMPUTE]
+    assert list(fwd.name) == [S.GRAPH_REPLAY] * 4
+    eager = import_kineto(H200["eager"], step_marker="^no such range$")
+    assert eager.other_data["kineto"]["steps_from"] == "none"
+    assert compute_metrics(eager)["steps"] == 0
+
+
 def test_cpu_only_trace_has_host_lane_only():
     trace = import_kineto(DATA / "kineto_cpu.json.gz")
     spans = trace.spans

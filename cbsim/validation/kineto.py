@@ -9,8 +9,9 @@ So the timeline of an engine not written here (transformers' own continuous batc
   ``bytes``.
 - **Steps**: each forward is found from a host range marker: ``record_function`` ranges whose name
   matches ``step_marker`` (default: ``forward`` or ``forward#N``, also ``graph_replay``), else
-  ``ProfilerStep#N``. A kernel belongs to the step whose marker encloses its launch (the CUDA
-  runtime call it is correlated with). On the compute lane a step is ONE span, named
+  ``ProfilerStep#N``, else each ``cudaGraphLaunch`` (then the compute kernels launched eagerly
+  between two launches form one eager forward, if there are enough of them). A kernel belongs
+  to the step whose marker encloses its launch (the CUDA runtime call it is correlated with). On the compute lane a step is ONE span, named
   ``graph_replay`` when it was launched by ``cudaGraphLaunch``, else ``forward``, from its first
   kernel's start to its last kernel's end (as the simulator and the runtime record a forward:
   the gaps between its kernels count as busy), with ``kernels`` and ``kernel_busy_us`` in args.
@@ -25,6 +26,7 @@ with the reason. Command line: ``python -m cbsim.validation.kineto IN.json[.gz] 
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -34,6 +36,8 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from cbsim.trace import Trace, TraceBuilder, TraceError, write_trace
 from cbsim.trace import schema as S
@@ -118,7 +122,7 @@ def convert(obj: Any, step_marker: str = DEFAULT_STEP_MARKER, name: str = "") ->
         (e for e in events if e["cat"] in HOST_CATS and (e["pid"], e["tid"]) == host_thread),
         key=lambda e: (e["ts"], -e["dur"]),
     )
-    markers = _step_markers(host, step_marker)
+    markers, found = _step_markers(host, step_marker)
     gpu = sorted((e for e in events if e["cat"] in GPU_CATS), key=lambda e: e["ts"])
     lanes = _stream_lanes(gpu)
     launch_of = {
@@ -134,6 +138,7 @@ def convert(obj: Any, step_marker: str = DEFAULT_STEP_MARKER, name: str = "") ->
             "kineto": {
                 "file": name,
                 "step_marker": step_marker,
+                "steps_from": found,
                 "streams": {str(s): lane for s, lane in sorted(lanes.items())},
                 "devices": [
                     d.get("name") for d in obj.get("deviceProperties", []) if isinstance(d, dict)
@@ -143,7 +148,7 @@ def convert(obj: Any, step_marker: str = DEFAULT_STEP_MARKER, name: str = "") ->
             },
         },
     )
-    steps = _gpu_spans(b, gpu, lanes, markers, launch_of, t0)
+    steps = _gpu_spans(b, gpu, lanes, markers, launch_of, t0, found == GRAPH_LAUNCH)
     _host_spans(b, host, markers, t0)
     b.other_data["kineto"]["steps"] = steps
     trace = b.build()
@@ -160,8 +165,10 @@ def _host_thread(events: list[dict[str, Any]]) -> tuple[Any, Any] | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def _step_markers(host: list[dict[str, Any]], step_marker: str) -> list[tuple[float, float]]:
-    """Host intervals of the forwards, in time order."""
+def _step_markers(
+    host: list[dict[str, Any]], step_marker: str
+) -> tuple[list[tuple[float, float]], str]:
+    """Host intervals of the forwards, in time order, and what they were found from."""
     try:
         pattern = re.compile(step_marker)
     except re.error as exc:
@@ -169,16 +176,19 @@ def _step_markers(host: list[dict[str, Any]], step_marker: str) -> list[tuple[fl
             f"step_marker {step_marker!r} is not a regular expression ({exc})"
         ) from None
     ann = [e for e in host if e["cat"] == "user_annotation"]
+    found = "step_marker"
     chosen = [e for e in ann if pattern.search(e["name"])]
     if not chosen:
-        chosen = [e for e in ann if PROFILER_STEP.match(e["name"])]
+        found, chosen = "ProfilerStep", [e for e in ann if PROFILER_STEP.match(e["name"])]
+    if not chosen:  # an engine without ranges: each graph launch is a forward
+        found, chosen = GRAPH_LAUNCH, [e for e in host if e["name"] == GRAPH_LAUNCH]
     # a marker nested in another marker is part of the same step
     out: list[tuple[float, float]] = []
     for e in sorted(chosen, key=lambda e: e["ts"]):
         if out and e["ts"] < out[-1][1]:
             continue
         out.append((e["ts"], e["ts"] + e["dur"]))
-    return out
+    return out, found if out else "none"
 
 
 def _stream_lanes(gpu: list[dict[str, Any]]) -> dict[int, str]:
@@ -224,30 +234,44 @@ def _step_of(ts: float, markers: list[tuple[float, float]]) -> int:
     return -1
 
 
-def _gpu_spans(b: TraceBuilder, gpu, lanes, markers, launch_of, t0) -> int:
-    forward: dict[int, dict[str, Any]] = defaultdict(
+def _gpu_spans(b: TraceBuilder, gpu, lanes, markers, launch_of, t0, group_eager: bool) -> int:
+    """One span per step on the compute lane; everything else kernel by kernel. With graph
+    launches as the only markers, the compute kernels launched eagerly between two of them form
+    one eager forward when there are enough of them (a quarter of a replay's kernels)."""
+    steps: dict[Any, dict[str, Any]] = defaultdict(
         lambda: {"start": math.inf, "end": -math.inf, "busy": 0.0, "kernels": 0, "graph": False}
     )
     loose = []
+    starts = [m[0] for m in markers]
     for e in gpu:
         lane, args = lanes[e["args"].get("stream")], e["args"]
         launch = launch_of.get(args.get("correlation"))
         step = _step_of(launch["ts"], markers) if launch is not None else -1
-        if lane == S.COMPUTE and e["cat"] == "kernel" and step >= 0:
-            f = forward[step]
+        key: Any = step
+        if step < 0 and group_eager and launch is not None and lane == S.COMPUTE:
+            key = ("eager", bisect.bisect_right(starts, launch["ts"]))
+        if lane == S.COMPUTE and e["cat"] == "kernel" and key != -1:
+            f = steps[key]
             f["start"], f["end"] = min(f["start"], e["ts"]), max(f["end"], e["ts"] + e["dur"])
             f["busy"] += e["dur"]
             f["kernels"] += 1
             f["graph"] |= launch["name"] == GRAPH_LAUNCH
+            f.setdefault("members", []).append(e)
             continue
         loose.append((e, lane, step))
-    for step, f in sorted(forward.items()):
+    replays = [f["kernels"] for k, f in steps.items() if not isinstance(k, tuple)]
+    least = max(0.25 * float(np.median(replays)), 2) if replays else 2
+    for k in [k for k, f in steps.items() if isinstance(k, tuple) and f["kernels"] < least]:
+        loose += [(e, S.COMPUTE, -1) for e in steps.pop(k)["members"]]
+    ordered = sorted(steps.values(), key=lambda f: f["start"])
+    loose = _absorb(ordered, loose)
+    for i, f in enumerate(ordered):
         b.span(
             S.COMPUTE,
             S.GRAPH_REPLAY if f["graph"] else S.FORWARD,
             f["start"] - t0,
             f["end"] - f["start"],
-            step=step,
+            step=i,
             kernels=f["kernels"],
             kernel_busy_us=round(f["busy"], 3),
         )
@@ -255,7 +279,22 @@ def _gpu_spans(b: TraceBuilder, gpu, lanes, markers, launch_of, t0) -> int:
         name = _gpu_name(e)
         extra = {"bytes": e["args"]["bytes"]} if "bytes" in e["args"] else {}
         b.span(lane, name, e["ts"] - t0, e["dur"], step=step, **extra)
-    return len(forward)
+    return len(ordered)
+
+
+def _absorb(ordered: list[dict[str, Any]], loose: list) -> list:
+    """A compute kernel that ran inside a step's span (its launch was not matched) is part of it:
+    a stream runs one thing at a time, so it cannot be a span of its own there."""
+    starts = [f["start"] for f in ordered]
+    keep = []
+    for e, lane, step in loose:
+        i = bisect.bisect_right(starts, e["ts"]) - 1
+        if lane == S.COMPUTE and i >= 0 and e["ts"] + e["dur"] <= ordered[i]["end"]:
+            ordered[i]["kernels"] += 1
+            ordered[i]["busy"] += e["dur"]
+            continue
+        keep.append((e, lane, step))
+    return keep
 
 
 def _gpu_name(e: dict[str, Any]) -> str:
