@@ -195,8 +195,9 @@ def kineto(out: Path) -> None:
         execute(config, "async")
     raw = out / "kineto_runtime_async.json"
     prof.export_chrome_trace(str(raw))
-    with open(raw, "rb") as f, gzip.open(str(raw) + ".gz", "wb", mtime=0) as g:
-        g.write(f.read())
+    with open(raw, "rb") as f, open(str(raw) + ".gz", "wb") as dst:
+        with gzip.GzipFile(fileobj=dst, mode="wb", mtime=0) as g:
+            g.write(f.read())
     os.remove(raw)
     torch.cuda.synchronize()
     print(f"[kineto] {raw}.gz {os.path.getsize(str(raw) + '.gz')} bytes; overrides {over}")
