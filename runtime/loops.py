@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from cbsim.runtime.runner import ModelRunner
 from cbsim.runtime.streams import SlotEvents, Streams, launch
-from cbsim.runtime.tracing import Recorder, batch_args
+from cbsim.runtime.tracing import Recorder, batch_args, profiler_range
 from cbsim.scheduler import Scheduler, carry_over_index
 from cbsim.trace import schema as S
 
@@ -36,7 +36,8 @@ class LoopState:
 
     def schedule(self):
         t0 = self.rec.now()
-        batch = self.sched.schedule(t0 - self.rec.t0)
+        with profiler_range(S.SCHEDULE):
+            batch = self.sched.schedule(t0 - self.rec.t0)
         t1 = self.rec.now()
         if batch is not None:
             args = batch_args(batch, -1)
@@ -49,9 +50,11 @@ class LoopState:
         rec = self.rec
         args = batch_args(batch, slot_index)
         t0 = rec.now()
-        plan = self.runner.plan(batch, self.runner.slots[slot_index], carry)
+        with profiler_range(S.PREPARE):
+            plan = self.runner.plan(batch, self.runner.slots[slot_index], carry)
         t1 = rec.now()
-        done = launch(self.runner, plan, self.streams, rec, self.slot_events)
+        with profiler_range(S.LAUNCH):
+            done = launch(self.runner, plan, self.streams, rec, self.slot_events)
         t2 = rec.now()
         rec.host(S.PREPARE, t0, t1, args)
         rec.host(S.LAUNCH, t1, t2, args)
@@ -66,10 +69,12 @@ class LoopState:
         args = batch_args(batch, plan.slot.index)
         t0 = rec.now()
         if done is not None:
-            done.synchronize()
+            with profiler_range(S.WAIT):
+                done.synchronize()
         t1 = rec.now()
-        tokens = self.runner.tokens(plan)
-        finished = self.sched.update(batch, tokens)
+        with profiler_range(S.UPDATE):
+            tokens = self.runner.tokens(plan)
+            finished = self.sched.update(batch, tokens)
         t2 = rec.now()
         rec.host(S.WAIT, t0, t1, args)
         rec.host(S.UPDATE, t1, t2, args)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from cbsim.runtime.runner import ModelRunner, StepPlan
-from cbsim.runtime.tracing import Recorder, batch_args
+from cbsim.runtime.tracing import Recorder, batch_args, profiler_range
 from cbsim.trace import schema as S
 
 
@@ -58,7 +58,8 @@ def launch(
         t0 = rec.now()
         runner.copy_in(plan)
         t1 = rec.now()
-        runner.compute(plan)
+        with profiler_range(f"{fwd}#{plan.batch.step}"):
+            runner.compute(plan)
         t2 = rec.now()
         runner.copy_out(plan)
         t3 = rec.now()
@@ -80,7 +81,8 @@ def launch(
     with torch.cuda.stream(st.compute):
         st.compute.wait_event(h2d_done)
         b = rec.mark(st.compute) if timing else None
-        runner.compute(plan)
+        with profiler_range(f"{fwd}#{plan.batch.step}"):
+            runner.compute(plan)
         compute_done.record(st.compute)
     with torch.cuda.stream(st.d2h):
         st.d2h.wait_event(compute_done)

@@ -11,6 +11,7 @@ events, only the events they need to order the streams.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from time import perf_counter
 from typing import Any
 
@@ -110,6 +111,17 @@ class Recorder:
     def _event_us(self, ev: torch.cuda.Event) -> float:
         anchor, host = self._anchor
         return (host - self.t0) * 1e6 + anchor.elapsed_time(ev) * 1e3
+
+
+_NULL = nullcontext()
+
+
+def profiler_range(name: str):
+    """A torch.profiler range (what the Kineto importer finds steps and host phases by) while a
+    profiler runs; a no-op context otherwise."""
+    if torch._C._autograd._profiler_enabled():
+        return torch.profiler.record_function(name)
+    return _NULL
 
 
 def batch_args(batch, slot: int) -> tuple:
