@@ -4,9 +4,9 @@ Chromium is driven over ``--remote-debugging-pipe`` (commands on fd 3, replies o
 message ended by a NUL byte), so nothing beyond the standard library and Debian's ``chromium`` is
 needed. ``open_page`` returns the console errors, uncaught exceptions, any request that left the
 machine, the time until the page said it finished drawing (``window.cbsimReady``), and the result of
-a JavaScript expression evaluated then.
+a JavaScript expression evaluated then. ``Browser`` keeps one Chromium for several pages.
 
-Usage from the command line: ``python tests/browser.py report.html``.
+Usage from the command line: ``python tests/browser.py report.html [more.html ...]``.
 """
 
 from __future__ import annotations
@@ -186,56 +186,82 @@ def _console_errors(events: list[dict[str, Any]]) -> tuple[list[str], list[str]]
     return errors, external
 
 
-def open_page(
-    path: str | os.PathLike[str],
-    timeout: float = 60.0,
-    settle: float = 0.3,
-    expression: str = PROBE_JS,
-    screenshot: str | os.PathLike[str] | None = None,
-) -> PageResult:
-    """Load a file, wait for window.cbsimReady (or the timeout), collect what went wrong."""
-    url = Path(path).resolve().as_uri()
-    profile = tempfile.mkdtemp(prefix="cbsim-chromium-")
-    proc, to_browser, from_browser = _launch(profile)
-    try:
-        cdp = _Pipe(proc, to_browser, from_browser)
+class Browser:
+    """One headless Chromium; each open() loads a file in a fresh tab. Use as a context manager."""
+
+    def __init__(self) -> None:
+        self.profile = tempfile.mkdtemp(prefix="cbsim-chromium-")
+        self.proc, to_browser, from_browser = _launch(self.profile)
+        self.cdp = _Pipe(self.proc, to_browser, from_browser)
+
+    def __enter__(self) -> Browser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+    def open(
+        self,
+        path: str | os.PathLike[str],
+        timeout: float = 60.0,
+        settle: float = 0.3,
+        expression: str = PROBE_JS,
+        screenshot: str | os.PathLike[str] | None = None,
+    ) -> PageResult:
+        """Load a file, wait for window.cbsimReady (or the timeout), collect what went wrong."""
+        cdp, url = self.cdp, Path(path).resolve().as_uri()
         target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
             "sessionId"
         ]
-        for domain in ("Runtime", "Log", "Network", "Page"):
-            cdp.send(f"{domain}.enable", session=session)
-        t0 = time.monotonic()
-        cdp.send("Page.navigate", {"url": url}, session, timeout=timeout)
-        ready = False
-        while time.monotonic() - t0 < timeout:
-            if cdp.evaluate(session, "window.cbsimReady === true"):
-                ready = True
-                break
-            with cdp.lock:
-                if any(e.get("method") == "Runtime.exceptionThrown" for e in cdp.events):
+        try:
+            for domain in ("Runtime", "Log", "Network", "Page"):
+                cdp.send(f"{domain}.enable", session=session)
+            t0 = time.monotonic()
+            cdp.send("Page.navigate", {"url": url}, session, timeout=timeout)
+            ready = False
+            while time.monotonic() - t0 < timeout:
+                if cdp.evaluate(session, "window.cbsimReady === true"):
+                    ready = True
                     break
-            time.sleep(0.02)
-        load_s = time.monotonic() - t0
-        time.sleep(settle)  # let late console messages arrive
-        probe = json.loads(cdp.evaluate(session, expression) or "{}")
-        if screenshot:
-            shot = cdp.send(
-                "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session
-            )
-            Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
-        with cdp.lock:
-            errors, external = _console_errors(cdp.events)
-        return PageResult(ready, load_s, errors, external, probe)
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        shutil.rmtree(profile, ignore_errors=True)
+                if any(e.get("method") == "Runtime.exceptionThrown" for e in self._events(session)):
+                    break
+                time.sleep(0.02)
+            load_s = time.monotonic() - t0
+            time.sleep(settle)  # let late console messages arrive
+            probe = json.loads(cdp.evaluate(session, expression) or "{}")
+            if screenshot:
+                shot = cdp.send(
+                    "Page.captureScreenshot",
+                    {"format": "png", "captureBeyondViewport": True},
+                    session,
+                )
+                Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+            errors, external = _console_errors(self._events(session))
+            return PageResult(ready, load_s, errors, external, probe)
+        finally:
+            cdp.send("Target.closeTarget", {"targetId": target})
+
+    def _events(self, session: str) -> list[dict[str, Any]]:
+        with self.cdp.lock:
+            return [e for e in self.cdp.events if e.get("sessionId") == session]
+
+
+def open_page(path: str | os.PathLike[str], **kwargs: Any) -> PageResult:
+    """Open one file in a browser of its own (see Browser.open for the arguments)."""
+    with Browser() as browser:
+        return browser.open(path, **kwargs)
 
 
 if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        r = open_page(arg, screenshot=os.environ.get("CBSIM_SCREENSHOT"))
-        print(f"{arg}: ready={r.ready} load {r.load_s:.2f} s {json.dumps(r.probe)}")
-        for problem in r.problems:
-            print("  " + problem)
+    with Browser() as browser:
+        for arg in sys.argv[1:]:
+            r = browser.open(arg, screenshot=os.environ.get("CBSIM_SCREENSHOT"))
+            print(f"{arg}: ready={r.ready} load {r.load_s:.2f} s {json.dumps(r.probe)}")
+            for problem in r.problems:
+                print("  " + problem)

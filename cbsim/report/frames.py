@@ -121,7 +121,8 @@ def run_frames(engine: str, trace: Trace) -> RunFrames:
     lane = gpu_lane_of(df)
     gpu = df[df["lane"] == lane]
     idle = idle_gaps(gpu, 0.0, total_ms)
-    present = set(df["lane"].unique())
+    # the required lanes show even when empty (an idle stream is information); default if used
+    present = set(df["lane"].unique()) | (set(trace.lanes) & set(S.REQUIRED_LANES))
     rows = [r for r in ROW_ORDER if r in present or (r == IDLE_ROW and not df.empty)]
     return RunFrames(
         engine=engine,

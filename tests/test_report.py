@@ -1,0 +1,127 @@
+"""The run report: the tables it draws from a trace, and the HTML it writes (no browser here)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from conftest import make_config
+from synthetic_trace import loop_trace
+
+from cbsim.metrics import compute_metrics
+from cbsim.report import write_run_report
+from cbsim.report.charts import binned_steps
+from cbsim.report.frames import busy_before, idle_gaps, run_frames, union_intervals
+from cbsim.report.timeline import detail_figure, overview_figure, overview_style
+from cbsim.trace import TraceBuilder
+from cbsim.trace import schema as S
+
+
+def runs_of(steps: int, engines=("sync", "async"), hazards: int = 0):
+    out = {}
+    for e in engines:
+        t = loop_trace(e, steps, hazards=hazards if e == "async" else 0)
+        out[e] = (t, compute_metrics(t))
+    return out
+
+
+def test_union_and_busy_time():
+    s, e = union_intervals(np.array([5.0, 0.0, 2.0, 10.0]), np.array([6.0, 3.0, 4.0, 12.0]))
+    assert s.tolist() == [0.0, 5.0, 10.0] and e.tolist() == [4.0, 6.0, 12.0]
+    assert busy_before(s, e, np.array([-1.0, 2.0, 4.5, 5.5, 100.0])).tolist() == [
+        0.0,
+        2.0,
+        4.0,
+        4.5,
+        7.0,
+    ]
+
+
+def test_idle_gaps_steps_and_exposed_time():
+    b = TraceBuilder("sim", {"engine": "sync"})
+    # two steps: forward 0-10 ms, then 15-20 ms; the host works in between
+    b.span(S.HOST, S.PREPARE, 0.0, 1000.0, step=0)
+    b.span(S.COMPUTE, S.GRAPH_REPLAY, 0.0, 10_000.0, step=0, new_tokens=4)
+    b.span(S.HOST, S.PREPARE, 10_000.0, 5000.0, step=1)
+    b.span(S.COMPUTE, S.GRAPH_REPLAY, 15_000.0, 5000.0, step=1, new_tokens=4)
+    b.span(S.D2H, S.COPY_D2H, 20_000.0, 1000.0, step=1)
+    f = run_frames("sync", b.build())
+    assert f.total_ms == pytest.approx(21.0)
+    assert f.idle[["ts_ms", "end_ms"]].values.tolist() == [[10.0, 15.0], [20.0, 21.0]]
+    assert f.steps["step_ms"].tolist() == [10.0, 10.0]
+    assert f.steps["gpu_ms"].tolist() == [10.0, 5.0]
+    assert f.steps["exposed_ms"].tolist() == [0.0, 5.0]
+    assert f.rows == [S.HOST, S.H2D, S.COMPUTE, "GPU idle", S.D2H]
+    assert idle_gaps(f.spans[f.spans.lane == S.COMPUTE], 0.0, 20.0)["dur_us"].tolist() == [5000.0]
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+def test_idle_share_matches_the_metrics(engine):
+    trace = loop_trace(engine, 200)
+    f = run_frames(engine, trace)
+    idle = f.idle["dur_us"].sum() / 1e3 / f.total_ms
+    assert idle == pytest.approx(compute_metrics(trace)["gpu_idle_fraction"], abs=1e-9)
+    # steps as metrics count them, and step = GPU busy + exposed
+    assert len(f.steps) == 200
+    assert np.allclose(f.steps["gpu_ms"] + f.steps["exposed_ms"], f.steps["step_ms"])
+
+
+def test_overview_style_follows_the_span_count():
+    small, medium, large = (
+        [run_frames(e, loop_trace(e, n)) for e in ("sync", "async")] for n in (40, 300, 1200)
+    )
+    assert [overview_style(r) for r in (small, medium, large)] == ["bars", "segments", "bins"]
+    kinds = [{type(t) for t in overview_figure(r).data} for r in (small, medium, large)]
+    assert go.Bar in kinds[0] and go.Scattergl in kinds[1] and go.Heatmap in kinds[2]
+    detail = detail_figure(large)
+    assert [a.text for a in detail.layout.annotations][:3] == [
+        "sync · first steps: steps 0-5",
+        "sync · steady state: steps 597-602",
+        "sync · end: steps 1194-1199",
+    ]
+
+
+def test_binned_steps_bound_the_bar_count():
+    steps = run_frames("sync", loop_trace("sync", 1000)).steps
+    binned, size = binned_steps(steps, max_bars=400)
+    assert size == 3 and len(binned) == 334
+    assert binned["first"].iloc[1] == 3 and binned["last"].iloc[-1] == 999
+    assert binned_steps(steps.head(100))[1] == 1
+
+
+def test_single_run_report_is_self_contained(tmp_path):
+    cfg = make_config(["engine=sync"])
+    path = write_run_report(runs_of(30, ("sync",)), cfg, tmp_path / "report.html")
+    html = path.read_text()
+    assert html.startswith("<!DOCTYPE html>") and len(html) > 3_000_000  # plotly.js inline
+    assert not re.search(r"<script[^>]+src=|<link[^>]+href=|@import|url\(http", html)
+    assert "sync: 0." in html and "GPU idle" in html
+    assert "<code>trace.json</code>" in html and "ui.perfetto.dev" in html
+    assert "chrome://tracing" in html and "Hazards" not in html
+    assert html.count('class="cbsim-plot"') == 4  # split, timeline (bars), step time, stacked
+
+
+def test_compare_report_has_both_engines_and_hazards(tmp_path):
+    cfg = make_config(["engine=compare", "output.trace_gzip=true"])
+    runs = runs_of(60, hazards=2)
+    html = write_run_report(runs, cfg, tmp_path / "r" / "report.html").read_text()
+    speedup = runs["sync"][1]["total_time_s"] / runs["async"][1]["total_time_s"]
+    assert f"x{speedup:.3f}" in html and "Async batching pays" in html
+    assert "trace_sync.json.gz" in html and "trace_async.json.gz" in html
+    assert "Hazards: 2" in html and "slot_overwrite" in html
+    assert "async vs sync" in html
+
+
+def test_report_at_the_seed_size_builds_quickly(tmp_path):
+    runs = runs_of(8192)
+    assert sum(len(t.spans) for t, _ in runs.values()) > 100_000
+    t0 = time.perf_counter()
+    path = write_run_report(runs, make_config(["engine=compare"]), tmp_path / "report.html")
+    took = time.perf_counter() - t0
+    size_mb = path.stat().st_size / 1e6
+    print(f"8192-step compare report: built in {took:.2f} s, {size_mb:.1f} MB")
+    assert took < 30 and size_mb < 15
+    assert "time bins" in path.read_text()

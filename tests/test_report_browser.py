@@ -1,0 +1,82 @@
+"""Reports in a real browser: headless Chromium draws every plot, logs no error, asks no network.
+
+Skipped when Chromium is absent (CI installs Debian's chromium; locally: apt-get install chromium).
+"""
+
+from __future__ import annotations
+
+import pytest
+from browser import Browser, available
+from conftest import make_config, run_cli
+from test_report import runs_of
+from test_sweep import SWEEP, make_sweep
+
+from cbsim.report import write_run_report
+from cbsim.sweep import write_summary
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not available(),
+        reason="needs headless Chromium at /usr/bin/chromium "
+        "(apt-get install chromium; or set CBSIM_CHROMIUM)",
+    ),
+]
+# the issue asks for < 5 s; the assertion leaves room for a loaded 2-core CI machine
+OPEN_LIMIT_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    with Browser() as browser:
+        yield browser
+
+
+def check(result, plots: int) -> None:
+    assert not result.problems, result.problems
+    assert result.probe["plots"] == plots, result.probe
+    assert all(n > 0 for n in result.probe["traces"]), result.probe
+
+
+@pytest.mark.parametrize("steps", [40, 300])  # bars, then WebGL segments
+def test_compare_report_draws_without_errors(chromium, tmp_path, steps):
+    path = write_run_report(
+        runs_of(steps, hazards=2), make_config(["engine=compare"]), tmp_path / "report.html"
+    )
+    r = chromium.open(path)
+    check(r, 4 if steps == 40 else 5)
+    assert r.probe["svg_paths"] > 100
+    if steps == 300:
+        assert r.probe["gl_canvases"] > 0
+
+
+def test_seed_size_report_opens_fast(chromium, tmp_path):
+    path = write_run_report(
+        runs_of(8192), make_config(["engine=compare"]), tmp_path / "report.html"
+    )
+    r = chromium.open(path)
+    print(
+        f"8192-step compare report ({path.stat().st_size / 1e6:.1f} MB): drawn {r.load_s:.2f} s "
+        f"after navigation (plots {r.probe.get('render_ms', 0) / 1e3:.2f} s of it)"
+    )
+    check(r, 5)
+    assert r.load_s < OPEN_LIMIT_S
+
+
+def test_sweep_report_draws_without_errors(chromium, tmp_path):
+    sweep = make_sweep(tmp_path / "sw", SWEEP, unfinished={5})
+    r = chromium.open(write_summary(sweep).html)
+    check(r, 2)
+
+
+@pytest.mark.slow
+def test_a_simulated_run_report_opens(chromium, tmp_path):
+    args = [
+        "engine=compare",
+        "workload.batch_size=4",
+        "workload.gen_len=16",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    res = run_cli(args, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    check(chromium.open(tmp_path / "run" / "report.html"), 4)
