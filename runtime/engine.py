@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from cbsim.config.schema import CbsimConfig
-from cbsim.runtime.io_slots import dummy_decode, empty_decode_layout
+from cbsim.runtime.io_slots import dummy_decode, dummy_prefill, empty_decode_layout
 from cbsim.runtime.loops import LoopState, run_async, run_sync
 from cbsim.runtime.runner import ModelRunner
 from cbsim.runtime.streams import SlotEvents, Streams
@@ -158,7 +158,8 @@ def execute(
         check_vocab(requests, shape["vocab_size"])
     streams = Streams.create(device, three=is_async)
     try:
-        warm_up(runner, streams, config.mode.warmup_steps)
+        longest_prompt = max(r.prompt_len for r in requests)
+        warm_up(runner, streams, config.mode.warmup_steps, min(w.max_batch_tokens, longest_prompt))
         if streams.cuda:
             runner.capture_graphs(streams.compute)
     except torch.OutOfMemoryError as exc:
@@ -220,16 +221,22 @@ def execute(
     return RunResult(trace, outputs, summary)
 
 
-def warm_up(runner: ModelRunner, streams: Streams, steps: int) -> None:
-    """Eager forwards on a padding-only decode batch (library init, kernel selection)."""
+def warm_up(runner: ModelRunner, streams: Streams, steps: int, prefill_tokens: int) -> None:
+    """Eager forwards on padding-only batches, `steps` times each: a decode batch of the largest
+    size and a prompt chunk of `prefill_tokens` (library set-up, kernel choice, allocator
+    growth), so the timed loop's first prefill costs what later ones do."""
     rows = runner.max_outputs
-    layout = empty_decode_layout(rows, runner.graph_width, runner.carry_len)
-    flat = torch.from_numpy(dummy_decode(layout, runner.cache.scratch_block, runner.block_size))
+    dec = empty_decode_layout(rows, runner.graph_width, runner.carry_len)
+    dec_flat = dummy_decode(dec, runner.cache.scratch_block, runner.block_size)
+    pre_flat, pre = dummy_prefill(
+        prefill_tokens, runner.block_size, runner.cache.scratch_block, runner.carry_len
+    )
     ctx = torch.cuda.stream(streams.compute) if streams.cuda else _null()
     with ctx:
         for _ in range(steps):
-            for slot in runner.slots:
-                slot.dev_in[: flat.numel()].copy_(flat.to(runner.device))
+            for flat, layout in ((dec_flat, dec), (pre_flat, pre)):
+                slot = runner.slots[0]
+                slot.dev_in[: flat.size].copy_(torch.from_numpy(flat).to(runner.device))
                 runner.step_body(slot, layout)
     if streams.cuda:
         torch.cuda.synchronize()

@@ -9,6 +9,7 @@ get a fixed layout, so a graph captured on a slot's views replays on any batch o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,7 @@ class Layout:
     def views(self, buf: torch.Tensor) -> dict[str, torch.Tensor | None]:
         out: dict[str, torch.Tensor | None] = {}
         for name, off, shape in self.offsets:
-            n = int(np.prod(shape))
+            n = math.prod(shape)
             out[name] = buf[off : off + n].view(shape) if n else None
         return out
 
@@ -61,7 +62,7 @@ def make_layout(
     for name in SECTIONS:
         shape = sizes.get(name, (0,))
         offsets.append((name, off, shape))
-        off += int(np.prod(shape))
+        off += math.prod(shape)
     return Layout(tuple(offsets), off, num_tokens, num_sample, all_decode, pre_qmax)
 
 
@@ -160,7 +161,7 @@ def dummy_decode(layout: Layout, scratch_block: int, block_size: int) -> np.ndar
     """Inputs for `empty_decode_layout`: every row a padding row (graph warm-up and capture)."""
     flat = np.zeros(layout.total, dtype=np.int64)
     for name, off, shape in layout.offsets:
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         if name == "slots":
             flat[off : off + n] = scratch_block * block_size
         elif name == "carry":
@@ -172,6 +173,32 @@ def dummy_decode(layout: Layout, scratch_block: int, block_size: int) -> np.ndar
         elif name == "dec_bt":
             flat[off : off + n] = scratch_block
     return flat
+
+
+def dummy_prefill(tokens: int, block_size: int, scratch_block: int, carry_len: int):
+    """One prompt chunk of `tokens` tokens that writes and reads only the scratch block (the
+    warm-up of the eager prefill path: library set-up, kernel choice, allocator growth)."""
+    width = -(-tokens // block_size)
+    parts = {
+        "input_ids": np.zeros(tokens, np.int64),
+        "positions": np.arange(tokens, dtype=np.int64),
+        "slots": scratch_block * block_size + np.arange(tokens, dtype=np.int64) % block_size,
+        "logits_idx": np.array([tokens - 1], np.int64),
+        "carry": np.full(carry_len, -1, np.int64),
+        "pre_tok": np.zeros(1, np.int64),
+        "pre_qlen": np.array([tokens], np.int64),
+        "pre_start": np.zeros(1, np.int64),
+        "pre_bt": np.full((1, width), scratch_block, np.int64),
+    }
+    layout = make_layout(
+        {k: v.shape for k, v in parts.items()},
+        num_tokens=tokens,
+        num_sample=1,
+        all_decode=False,
+        pre_qmax=tokens,
+    )
+    flat = np.concatenate([parts[k].reshape(-1) for k in SECTIONS if k in parts])
+    return flat, layout
 
 
 class IOSlot:
