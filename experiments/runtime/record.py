@@ -213,6 +213,11 @@ def main(argv: list[str]) -> None:
         "command": " ".join(sys.argv),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if "--kineto" in argv:
+        try:
+            kineto(out)
+        except Exception as exc:
+            print(f"[kineto] FAILED: {exc!r}", flush=True)
     for name in cases:
         try:
             results[name] = run_case(name, out, extra, hardware)
@@ -227,11 +232,6 @@ def main(argv: list[str]) -> None:
             results["tracing_overhead"] = tracing_overhead("seed_512", extra)
         except Exception as exc:
             print(f"[overhead] FAILED: {exc!r}", flush=True)
-    if "--kineto" in argv:
-        try:
-            kineto(out)
-        except Exception as exc:
-            print(f"[kineto] FAILED: {exc!r}", flush=True)
     results["hardware"] = hardware
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
