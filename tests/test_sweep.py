@@ -142,6 +142,26 @@ def test_flatten_and_axes_and_crossovers():
     assert crossovers([1, 8], [math.nan, 1.0], 1.05) == []
 
 
+def test_callback_speaks_only_in_sweeps(tmp_path, caplog):
+    from omegaconf import OmegaConf
+
+    from cbsim.sweep import SweepSummary
+
+    cb = SweepSummary()
+    hydra = {
+        "job": {"num": 2},
+        "overrides": {"task": ["engine=sync"]},
+        "sweep": {"dir": str(tmp_path)},
+    }
+    with caplog.at_level("INFO", logger="cbsim.sweep"):
+        cb.on_job_start(OmegaConf.create({"hydra": {**hydra, "mode": "RUN"}}))
+        assert not caplog.records  # a single run says nothing about sweeps
+        multirun = OmegaConf.create({"hydra": {**hydra, "mode": "MULTIRUN"}})
+        (tmp_path / ".cbsim_sweep.json").write_text('{"total": 8}')
+        cb.on_job_start(multirun)
+    assert "job 3/8 started: engine=sync" in caplog.text
+
+
 def test_rebuild_from_the_command_line(tmp_path, capsys):
     sweep = make_sweep(
         tmp_path / "sw", ["engine=sync,async", "workload.batch_size=8", "workload.gen_len=1024"]

@@ -33,6 +33,7 @@ table { border-collapse: collapse; font-size: 0.88em; }
 th, td { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 thead th { background: #f4f4f4; }
+table.kv td:last-child { text-align: left; }
 td.bad { color: #b00; font-weight: 600; } td.good { color: #176317; font-weight: 600; }
 code { background: #f4f4f4; padding: 1px 4px; border-radius: 3px; }
 .cbsim-plot { width: 100%; }
@@ -105,8 +106,14 @@ class Page:
         )
 
 
-def table(header: list[str], rows: list[list[Any]], classes: list[list[str]] | None = None) -> str:
-    """An HTML table; cells are escaped, classes (same shape as rows) style single cells."""
+def table(
+    header: list[str],
+    rows: list[list[Any]],
+    classes: list[list[str]] | None = None,
+    kind: str = "",
+) -> str:
+    """An HTML table; cells are escaped, classes (same shape as rows) style single cells;
+    kind "kv" left-aligns the value column of a key/value table."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = []
     for i, row in enumerate(rows):
@@ -116,4 +123,5 @@ def table(header: list[str], rows: list[list[Any]], classes: list[list[str]] | N
             attr = f' class="{cls}"' if cls else ""
             cells.append(f"<td{attr}>{esc(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    cls = f' class="{esc(kind)}"' if kind else ""
+    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

@@ -157,7 +157,7 @@ def config_table(config: CbsimConfig) -> str:
         ["arrival · max batch tokens", f"{w.arrival} · {w.max_batch_tokens}"],
         ["seed", str(w.seed)],
     ]
-    return table(["config", ""], rows)
+    return table(["config", ""], rows, kind="kv")
 
 
 def hazards_section(page: Page, frames: list[RunFrames]) -> None:

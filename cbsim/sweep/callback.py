@@ -26,6 +26,11 @@ def finished_jobs(sweep_dir: Path) -> int:
     return sum(1 for _ in Path(sweep_dir).glob(f"**/{METRICS_FILE}"))
 
 
+def _in_multirun(config: DictConfig) -> bool:
+    """Hydra calls the job hooks for single runs too; they only speak in sweeps."""
+    return str(OmegaConf.select(config, "hydra.mode", default="")).endswith("MULTIRUN")
+
+
 class SweepSummary(Callback):
     """Logs "job i/N" as jobs start and end; writes the sweep's summary when the multirun ends."""
 
@@ -58,11 +63,15 @@ class SweepSummary(Callback):
         return str(self.total) if self.total is not None else "?"
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not _in_multirun(config):
+            return
         num = OmegaConf.select(config, "hydra.job.num")
         overrides = " ".join(OmegaConf.select(config, "hydra.overrides.task") or [])
         log.info("job %s/%s started: %s", (num or 0) + 1, self._total(config), overrides)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if not _in_multirun(config):
+            return
         num = OmegaConf.select(config, "hydra.job.num")
         status = getattr(getattr(job_return, "status", None), "name", "?").lower()
         done = finished_jobs(Path(str(config.hydra.sweep.dir)))
