@@ -12,8 +12,9 @@ kernel per RMSNorm and one per rotary application:
 - the model's attention module namespace gets a wrapped `apply_rotary_pos_emb` (the function its
   forward calls by name), which runs the kernel for 4-D q/k with cos/sin of [B or 1, S, D].
 
-Both round like the torch code (bf16 products and sums rounded where torch rounds them), so outputs
-are equal up to the fp32 summation order inside RMSNorm. On tensors the kernels cannot take (CPU, no
+Both round like the torch code (bf16 products and sums rounded where torch rounds them; compiled
+with FP contraction off, since an FMA would round once where torch rounds twice), so outputs are
+equal up to the fp32 summation order inside RMSNorm. On tensors the kernels cannot take (CPU, no
 triton), both fall back to the original code. `unfuse_norm_and_rope(model)` undoes it.
 """
 
@@ -57,7 +58,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     block = triton_next_pow2(n)
     _kernels()._rmsnorm_kernel[(x2.shape[0],)](
         x2, weight, out, x2.stride(0), out.stride(0), eps, N=n, BLOCK=block,
-        num_warps=max(1, min(16, block // 512)),
+        num_warps=max(1, min(16, block // 512)), enable_fp_fusion=False,
     )  # fmt: skip
     return out.view(*x.shape[:-1], n)
 
@@ -78,7 +79,7 @@ def apply_rope(q, k, cos, sin):
         qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
         cos.stride(0) if cos.shape[0] > 1 else 0, cos.stride(1),
         sin.stride(0) if sin.shape[0] > 1 else 0, sin.stride(1),
-        HALF=D // 2, HB=hb, NQB=nqb, num_warps=1,
+        HALF=D // 2, HB=hb, NQB=nqb, num_warps=1, enable_fp_fusion=False,
     )  # fmt: skip
     return qo, ko
 
