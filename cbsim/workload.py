@@ -86,9 +86,11 @@ def make_requests(workload: WorkloadConfig, vocab_size: int) -> list[Request]:
 def check_requests_fit(
     requests: Iterable[Request], max_context: int, kv_capacity_tokens: int
 ) -> None:
-    """Raise a ValueError naming the first request whose prompt + max_new_tokens exceeds the
-    model's context (``model.max_position_embeddings``) or the whole KV cache; such a request
-    could never run, so both back ends call this before anything starts."""
+    """Raise a ValueError naming the first request that could never run: prompt +
+    max_new_tokens over the model's context (``model.max_position_embeddings``, counted the
+    usual way), or more KV entries than the whole cache holds (prompt + max_new_tokens - 1: the
+    last output is never fed back, exactly what the scheduler allocates). Both back ends call
+    this before anything starts."""
     for r in requests:
         total = r.prompt_len + r.max_new_tokens
         if total > max_context:
@@ -97,12 +99,12 @@ def check_requests_fit(
                 f"{total} tokens exceeds the model context of {max_context} tokens "
                 "(model.max_position_embeddings)"
             )
-        if total > kv_capacity_tokens:
+        if total - 1 > kv_capacity_tokens:
             raise ValueError(
-                f"request {r.rid}: prompt {r.prompt_len} + max_new_tokens {r.max_new_tokens} = "
-                f"{total} tokens exceeds the KV cache capacity of {kv_capacity_tokens} tokens "
-                "(workload.kv_num_blocks x workload.kv_block_size); allowed: shorter requests or "
-                "more KV blocks"
+                f"request {r.rid}: prompt {r.prompt_len} + max_new_tokens {r.max_new_tokens} "
+                f"needs {total - 1} KV entries, over the KV cache capacity of "
+                f"{kv_capacity_tokens} tokens (workload.kv_num_blocks x workload.kv_block_size); "
+                "allowed: shorter requests or more KV blocks"
             )
 
 

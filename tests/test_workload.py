@@ -110,9 +110,9 @@ def test_length_file_errors(tmp_path):
 
 def test_check_requests_fit():
     ok = Request(0, 0.0, np.zeros(10, dtype=np.int32), 6)
-    check_requests_fit([ok], max_context=16, kv_capacity_tokens=16)
+    check_requests_fit([ok], max_context=16, kv_capacity_tokens=15)  # the last output is not fed
     long = Request(7, 0.0, np.zeros(10, dtype=np.int32), 7)
     with pytest.raises(ValueError, match=r"request 7.*17 tokens.*context of 16"):
         check_requests_fit([ok, long], max_context=16, kv_capacity_tokens=100)
-    with pytest.raises(ValueError, match=r"request 7.*KV cache capacity of 16"):
-        check_requests_fit([ok, long], max_context=100, kv_capacity_tokens=16)
+    with pytest.raises(ValueError, match=r"request 7.*needs 16 KV entries.*capacity of 15"):
+        check_requests_fit([ok, long], max_context=100, kv_capacity_tokens=15)
