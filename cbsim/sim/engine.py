@@ -121,7 +121,7 @@ class SimEngine:
     def schedule(self):
         """Ask the shared scheduler for the next batch (None: nothing can run now)."""
         now = self.env.now
-        batch = self.sched.schedule(now * 1e-6)
+        batch = self.sched.schedule(now * 1e-6 + 1e-12)  # 1 ps: us -> s round-off
         values = self.sched.counters()
         if values != self._last_counters:  # the counter track steps only where it changes
             self.rec.counter(S.SCHEDULER_COUNTER, now, values)
@@ -178,7 +178,7 @@ class SimEngine:
         args = self._prepared
         if args is None or args["step"] != step or args["slot"] != slot.index:
             args = self._batch_args(batch, slot.index)
-        carry = (
+        carry = bool(
             eng.carry_over
             and prev is not None
             and batch.num_decode > 0

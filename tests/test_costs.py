@@ -1,0 +1,133 @@
+"""The roofline cost model: each term from the config, checked against the brief's figures."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from cbsim.config.schema import CbsimConfig, GpuCosts, HardwareConfig, HostCosts, PhaseCost
+from cbsim.costs import CostModel
+
+
+class Shape:
+    """What CostModel.forward reads from a scheduler Batch."""
+
+    def __init__(self, query_lens, context_lens, kind="decode"):
+        self.query_lens = np.asarray(query_lens, dtype=np.int64)
+        self.context_lens = np.asarray(context_lens, dtype=np.int64)
+        self.query_tokens = int(self.query_lens.sum())
+        self.kv_tokens = int(self.context_lens.sum())
+        self.num_samples = len(self.query_lens)
+        self.num_requests = len(self.query_lens)
+        self.kind = kind
+
+    def __len__(self):
+        return self.num_requests
+
+
+def decode(requests, context):
+    return Shape([1] * requests, [context] * requests)
+
+
+def model(**gpu):
+    cfg = CbsimConfig()
+    if gpu:
+        cfg.hardware.gpu = dataclasses.replace(cfg.hardware.gpu, **gpu)
+    return CostModel(cfg)
+
+
+def test_weights_time_matches_the_brief_at_bs32():
+    # BRIEF: 16.06 GB of 8B weights, about 5.3 ms/step with cuBLAS at bs 32 on the H200
+    cfg = CbsimConfig()
+    cfg.hardware.gpu.gemm_bandwidth_eff = 0.66  # conf/hardware/h200.yaml
+    f = CostModel(cfg).forward(decode(32, 1), graph=True, carry_over=False)
+    assert 5.0e3 < f.linear_us + f.lm_head_us < 5.6e3
+    assert f.attention_us < 10  # one KV token each: nothing to read
+
+
+def test_attention_reads_kv_per_token_and_grows_linearly():
+    cm = model()
+    a1 = cm.forward(decode(32, 4096), graph=True, carry_over=False).attention_us
+    a2 = cm.forward(decode(32, 8192), graph=True, carry_over=False).attention_us
+    assert a2 / a1 == pytest.approx(2.0, rel=0.01)
+    # 32 x 4096 tokens x 128 KiB at 4.27 TB/s x attention_bandwidth_eff
+    expect = (32 * 4096 + 32) * 128 * 1024 / (4.27e12 * 0.5) * 1e6
+    assert a1 == pytest.approx(expect, rel=1e-6)
+
+
+def test_kv_padding_reads_more():
+    base = model().forward(decode(8, 1000), graph=True, carry_over=False).attention_us
+    padded = model(attention_kv_pad=1024).forward(decode(8, 1000), graph=True, carry_over=False)
+    assert padded.attention_us == pytest.approx(base * (1024 + 1) / 1001, rel=1e-6)
+
+
+def test_prefill_is_compute_bound():
+    cm = model()
+    f = cm.forward(Shape([8192], [8192], "prefill"), graph=False, carry_over=False)
+    flops = 2 * CbsimConfig().model.num_params * 8192
+    assert f.linear_us == pytest.approx(
+        cm.linear_flops_per_token * 8192 / (7.88e14 * 0.7) * 1e6, rel=1e-9
+    )
+    assert f.linear_us > 0.85 * flops / (7.88e14 * 0.7) * 1e6  # all but embedding and LM head
+    assert f.attention_us > cm.forward(decode(1, 8192), graph=False, carry_over=False).attention_us
+
+
+def test_graph_replay_vs_eager_gaps_and_carry_over():
+    cm = model()
+    eager = cm.forward(decode(4, 100), graph=False, carry_over=False)
+    graph = cm.forward(decode(4, 100), graph=True, carry_over=False)
+    carry = cm.forward(decode(4, 100), graph=True, carry_over=True)
+    kernels = 14 * 32 + 6
+    assert eager.kernels == kernels and carry.kernels == kernels + 1
+    assert eager.overhead_us - graph.overhead_us == pytest.approx(kernels * (2.0 - 0.5))
+    assert carry.total_us - graph.total_us == pytest.approx(3.0 + 0.5)
+
+
+def test_graph_padding_computes_padded_rows():
+    cm = model()
+    assert cm.graph_size(3) == 4 and cm.graph_size(33) == 48 and cm.graph_size(10**6) is None
+    plain = cm.forward(decode(3, 10), graph=True, carry_over=False)
+    padded = cm.forward(decode(3, 10), graph=True, carry_over=False, padded_requests=4)
+    assert padded.lm_head_us >= plain.lm_head_us and padded.linear_us >= plain.linear_us
+
+
+def test_copies_are_latency_plus_bytes_over_bandwidth():
+    cm = model()
+    assert cm.h2d_us(0) == 8.0
+    assert cm.h2d_us(55_000) == pytest.approx(8.0 + 1.0)
+    assert cm.d2h_us(cm.d2h_bytes(32)) == pytest.approx(8.0 + 256 / 55e9 * 1e6)
+    assert cm.h2d_bytes(32, 32, 32, 100) == 32 * 12 + 32 * 12 + 100 * 4 + 32 * 8
+
+
+def test_host_phases_and_launch():
+    cfg = CbsimConfig()
+    cfg.hardware.host = HostCosts(
+        prepare=PhaseCost(100.0, 10.0, 0.5), stall_us=1000.0, stall_every_steps=4
+    )
+    cm = CostModel(cfg)
+    assert cm.prepare_us(32, 64) == 100 + 320 + 32
+    assert cm.launch_us(454, graph=True, copies=2, event_ops=5) == 10 + 8 + 5
+    assert cm.launch_us(454, graph=False, copies=2, event_ops=5) == 454 * 5 + 8 + 5
+    assert [cm.stall_us(i) for i in range(8)] == [0, 0, 0, 1000, 0, 0, 0, 1000]
+
+
+def test_memory_terms():
+    cm = model()
+    one = cm.io_slot_bytes(32, 8192, 8448)
+    assert one > 2 * 8192 * 12  # pinned + device copies of the largest inputs
+    assert cm.graph_pool_bytes_per_slot(32) > cm.graph_pool_bytes_per_slot(8) > 0
+
+
+def test_every_efficiency_slows_its_term_only():
+    base = model().forward(decode(32, 2048), graph=True, carry_over=False)
+    slow = model(attention_bandwidth_eff=0.25).forward(
+        decode(32, 2048), graph=True, carry_over=False
+    )
+    assert slow.attention_us == pytest.approx(2 * base.attention_us)
+    assert slow.linear_us == base.linear_us and slow.lm_head_us == base.lm_head_us
+    assert (
+        math.isclose(HardwareConfig().hbm_bandwidth, 4.27e12) and GpuCosts().attention_kv_pad == 1
+    )
