@@ -166,7 +166,7 @@ def test_triton_kernel_in_interpreter():
         for B, Hq, Hkv, D, bs, ctxs in SHAPES[:3]:
             q, k, v, tables, lens = make_paged(B, Hq, Hkv, D, bs, ctxs, torch.float32)
             ref = dense_attention(q, k, v, tables, lens, D**-0.5)
-            for part, block_n in ((None, 64), (32, 16), (16, 16)):
+            for part, block_n in ((None, 64), (32, 16), (16, 16), ("auto", "auto"), (64, "auto")):
                 out = torch.full_like(q, float("nan"))
                 paged_decode_attention(q, k, v, tables, lens, D**-0.5, partition_size=part,
                                        block_n=block_n, out=out)
@@ -186,10 +186,11 @@ def test_triton_kernel_in_interpreter():
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("partition", [None, 64, 512, "auto"])
-def test_triton_kernel_on_cuda(dtype, partition):
+@pytest.mark.parametrize("longest", [1000, 2049])  # table width <= 2048 picks 128-token tiles
+def test_triton_kernel_on_cuda(dtype, partition, longest):
     from cbsim.runtime.kernels.paged_attention import paged_decode_attention
 
-    ctxs = [1, 15, 16, 17, 255, 1000, 2049, 0]
+    ctxs = [1, 15, 16, 17, 255, 999, longest, 0]
     q, k, v, tables, lens = make_paged(8, 32, 8, 128, 16, ctxs, dtype, device="cuda", seed=7)
     out = torch.full_like(q, float("nan"))
     paged_decode_attention(q, k, v, tables, lens, 128**-0.5, partition_size=partition, out=out)

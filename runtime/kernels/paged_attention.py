@@ -91,9 +91,9 @@ def paged_decode_attention(
     scale: float,
     *,
     partition_size: int | str | None = "auto",
-    block_n: int = DEFAULT_BLOCK_N,
+    block_n: int | str = "auto",
     num_warps: int = 4,
-    num_stages: int = 2,
+    num_stages: int | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The Triton paged decode-attention kernel (see the module docstring for shapes).
@@ -102,6 +102,8 @@ def paged_decode_attention(
     covering the block table (no second kernel); "auto" = `pick_partition`. The number of
     partitions is ceil(max_blocks * block_size / partition_size): static, so graph capture sees
     fixed shapes, and partitions past a request's context exit at once.
+    block_n: tokens per tile; "auto" = `pick_tile` (from the table width). num_stages: None = 3
+    for 64-token tiles, 2 for larger.
     """
     tk = _triton_kernels()
     B, Hq, Hkv, D, block_size = _check(q, k_cache, v_cache, block_tables, context_lens)
@@ -117,6 +119,12 @@ def paged_decode_attention(
         return out
     G = Hq // Hkv
     max_ctx = block_tables.shape[1] * block_size
+    if block_n == "auto":
+        block_n = pick_tile(max_ctx)
+        if isinstance(partition_size, int):
+            block_n = min(block_n, partition_size)
+    if num_stages is None:
+        num_stages = 3 if block_n <= 64 else 2
     if partition_size is None:
         partition = max(block_n, triton_next_pow2(max_ctx))
     elif partition_size == "auto":
@@ -183,6 +191,13 @@ def paged_decode_attention(
             num_warps=4,
         )
     return out
+
+
+def pick_tile(max_ctx: int) -> int:
+    """Tokens per tile from the static table width, per the H200 sweep (B=32, perf-notes.md):
+    128-token tiles were 10-12% faster at 256 and 1K context, 64-token tiles 2-3% faster at 4K and
+    8K (fewer registers, more programs resident while the loads are in flight)."""
+    return 128 if max_ctx <= 2048 else 64
 
 
 def pick_partition(batch: int, kv_heads: int, max_ctx: int, block_n: int = DEFAULT_BLOCK_N) -> int:
