@@ -212,14 +212,18 @@ def test_interrupted_sweep_resumes_and_summarises_every_job(tmp_path):
     assert (sweep / "sweep.html").is_file()
 
 
+PLUGINS = {
+    "parallel": "hydra_plugins.hydra_joblib_launcher",
+    "slurm_local": "hydra_plugins.hydra_submitit_launcher",
+    # optional: pip install 'cbsim[ray]' (not in the test extra: it pulls in ray)
+    "ray_local": "hydra_plugins.hydra_ray_launcher",
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["parallel", "slurm_local"])
+@pytest.mark.parametrize("launcher", list(PLUGINS))
 def test_launchers_run_the_sweep_and_the_summary(tmp_path, launcher):
-    pytest.importorskip(
-        "hydra_plugins.hydra_joblib_launcher"
-        if launcher == "parallel"
-        else "hydra_plugins.hydra_submitit_launcher"
-    )
+    pytest.importorskip(PLUGINS[launcher], reason=f"hydra/launcher={launcher} needs its plugin")
     sweep = tmp_path / "sweep"
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "parallel" else []
     pair = ["engine=sync,async", "workload.batch_size=4", "workload.gen_len=16"]
