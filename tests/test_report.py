@@ -125,3 +125,20 @@ def test_report_at_the_seed_size_builds_quickly(tmp_path):
     print(f"8192-step compare report: built in {took:.2f} s, {size_mb:.1f} MB")
     assert took < 30 and size_mb < 15
     assert "time bins" in path.read_text()
+
+
+@pytest.mark.parametrize("shape", ["empty", "host only", "default stream"])
+def test_odd_traces_still_make_a_report(tmp_path, shape):
+    b = TraceBuilder("sim", {"engine": "sync"})
+    for i in range(30 if shape != "empty" else 0):
+        b.span(S.HOST, S.PREPARE, i * 100.0, 30.0, step=i)
+        if shape == "default stream":
+            b.span(S.DEFAULT, S.FORWARD, i * 100.0 + 30, 60.0, step=i, new_tokens=1)
+    t = b.build()
+    path = write_run_report({"sync": (t, compute_metrics(t))}, make_config(), tmp_path / "r.html")
+    html = path.read_text()
+    assert html.count('class="cbsim-plot"') == 4
+    if shape == "default stream":
+        f = run_frames("sync", t)
+        assert f.gpu_lane == S.DEFAULT and S.DEFAULT in f.rows
+        assert f.idle["dur_us"].sum() == pytest.approx(30 * 30.0 + 29 * 10.0)
