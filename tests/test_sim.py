@@ -313,3 +313,11 @@ def test_simulator_never_imports_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_lengths_from_a_file(tmp_path):
+    lengths = tmp_path / "gen.txt"
+    lengths.write_text("# generation lengths\n3\n9\n1\n")
+    cfg = make(num_requests=5, gen_dist="file", gen_file=str(lengths))
+    m = check_trace(run(cfg, "async"), cfg)
+    assert m["generated_tokens"] == 3 + 9 + 1 + 3 + 9

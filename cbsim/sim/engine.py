@@ -92,9 +92,10 @@ class SimEngine:
 
     # ---- helpers ---------------------------------------------------------------------------
     def _phase(self, name: str, dur: float, args: dict[str, Any]) -> simpy.Timeout:
-        self.rec.span(S.HOST, name, self.env.now, dur, args)
+        env = self.env
+        self.rec.host_span(name, env.now, dur, args)
         self.host_us[name] += dur
-        return self.env.timeout(dur)
+        return env.timeout(dur)
 
     def _gpu_span(
         self, lane: str, name: str, start: float, dur: float, args: dict[str, Any]
