@@ -321,3 +321,14 @@ def test_lengths_from_a_file(tmp_path):
     cfg = make(num_requests=5, gen_dist="file", gen_file=str(lengths))
     m = check_trace(run(cfg, "async"), cfg)
     assert m["generated_tokens"] == 3 + 9 + 1 + 3 + 9
+
+
+def test_eos_on_async_computes_and_drops_one_token_per_request():
+    cfg = make(batch_size=4, num_requests=6, gen_dist="uniform", gen_spread=0.5, ignore_eos=False)
+    ms = check_trace(run(cfg, "sync"), cfg)
+    ta = run(cfg, "async")
+    ma = check_trace(ta, cfg)
+    fin = ta.instants[ta.instants.name == S.FINISH]
+    assert (fin.reason == "eos").all()
+    c = ta.other_data["sim_counters"]
+    assert 1 <= c["dropped_tokens"] <= 6 and ms["generated_tokens"] == ma["generated_tokens"]

@@ -20,6 +20,7 @@ from cbsim.scheduler import Batch, Scheduler, default_num_kv_blocks
 from cbsim.sim.record import Recorder
 from cbsim.sim.slots import IOSlot, SlotTracker
 from cbsim.sim.streams import CudaEvent, Device, Op, happens_before
+from cbsim.sim.tokens import Sampler
 from cbsim.trace import TraceBuilder
 from cbsim.trace import schema as S
 from cbsim.workload import check_requests_fit, make_requests
@@ -39,6 +40,7 @@ class Launched:
     d2h: Op
     d2h_done: CudaEvent
     forward: ForwardCost
+    forward_args: dict[str, Any]  # the forward span's args: new_tokens is settled in update
 
 
 class HazardLog(Counter):
@@ -63,12 +65,13 @@ class SimEngine:
         self.costs = CostModel(config)
         w = config.workload
         self.requests = make_requests(w, config.model.vocab_size)
-        kv_blocks = default_num_kv_blocks(w, self.requests)
-        check_requests_fit(
-            self.requests, config.model.max_position_embeddings, kv_blocks * w.kv_block_size
-        )
-        self.sched = Scheduler(w, kv_blocks)
-        self.sched.add_all(self.requests)
+        max_context = config.model.max_position_embeddings
+        self.sampler = Sampler(self.requests, w.ignore_eos, config.model.vocab_size, w.batch_size)
+        requests = self.sampler.scheduler_requests(self.requests, max_context)
+        kv_blocks = default_num_kv_blocks(w, requests)
+        check_requests_fit(requests, max_context, kv_blocks * w.kv_block_size)
+        self.sched = Scheduler(w, kv_blocks, eos_token_id=self.sampler.eos_id)
+        self.sched.add_all(requests)
         self.device = Device(engine.streams)
         self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
         self._last_counters: dict[str, int] = {}
@@ -77,7 +80,6 @@ class SimEngine:
         self.slots = SlotTracker(engine.io_slots, self.hazards)
         self.launches = 0
         self.last_updated: Launched | None = None
-        self._tokens = np.ones(max(w.batch_size, 1), dtype=np.int64)  # never EOS
         self.host_us: Counter[str] = Counter()
         self.lane_busy_us: Counter[str] = Counter()
         self.n = Counter()  # steps, tokens, blocks, graph/eager steps, ...
@@ -272,12 +274,11 @@ class SimEngine:
         )
         n = self.n
         n["steps"] += 1
-        n["generated_tokens"] += samples
         n["graph_steps" if graph else "eager_steps"] += 1
         n["carry_over_steps"] += carry
         n["kernels_launched"] += 0 if graph else fwd.kernels
         n["launch_wait_us"] += compute.end - compute.start - fwd_us
-        launched = Launched(batch, slot, args, h2d, compute, d2h, d2h_done, fwd)
+        launched = Launched(batch, slot, args, h2d, compute, d2h, d2h_done, fwd, fwd_args)
         yield self._phase(S.LAUNCH, t - now, args)
         return launched
 
@@ -298,7 +299,12 @@ class SimEngine:
         finished requests and frees their KV blocks)."""
         now, batch = self.env.now, launched.batch
         self.slots.host_reads_outputs(launched.slot, batch.step, S.HOST, now)
-        finished = self.sched.update(batch, self._tokens[: batch.num_samples])
+        tokens, kept = self.sampler.sample(batch)
+        finished = self.sched.update(batch, tokens)
+        self.n["generated_tokens"] += kept
+        if kept != batch.num_samples:  # sampled after the request's EOS: computed, dropped
+            launched.forward_args["new_tokens"] = kept
+            self.n["dropped_tokens"] += batch.num_samples - kept
         for rid in self.sched.last_first_token_rids:
             self.trace.request_event(S.FIRST_TOKEN, now, rid, step=batch.step)
         for rid in finished:

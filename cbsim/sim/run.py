@@ -90,6 +90,7 @@ def counters(sim: SimEngine) -> dict[str, Any]:
         "total_us": total,
         "steps": steps,
         "generated_tokens": n["generated_tokens"],
+        "dropped_tokens": n["dropped_tokens"],
         "requests": len(sim.requests),
         "requests_finished": n["requests_finished"],
         "preemptions": sim.sched.num_preemptions,
