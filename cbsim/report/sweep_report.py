@@ -102,7 +102,7 @@ def heatmap_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) 
             zmid=1.0,
             zmin=1 - span,
             zmax=1 + span,
-            colorbar=dict(x=0.29, len=0.9, title="x"),
+            showscale=False,  # the cells carry their values
             hovertemplate="x%{z:.3f}<extra></extra>",
         ),
         row=1,
