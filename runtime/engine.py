@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig
 from cbsim.runtime.io_slots import dummy_decode, dummy_prefill, empty_decode_layout
 from cbsim.runtime.loops import LoopState, run_async, run_sync
@@ -54,10 +55,18 @@ def check_vocab(requests: list[Request], vocab_size: int) -> None:
         ids = np.asarray(r.prompt_ids)
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
             bad = int(ids[(ids < 0) | (ids >= vocab_size)][0])
-            raise ValueError(
+            raise ConfigError(
                 f"request {r.rid}: token id {bad} is outside the vocabulary of "
                 f"{vocab_size} tokens (model.vocab_size)"
             )
+
+
+def fits(requests: list[Request], max_context: int, kv_tokens: int) -> None:
+    """Every request fits the model context and the KV cache, else a ConfigError naming it."""
+    try:
+        check_requests_fit(requests, max_context, kv_tokens)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def oom_message(config: CbsimConfig, num_blocks: int, what: str, exc: Exception) -> str:
@@ -119,19 +128,19 @@ def execute(
         raise ValueError(f"engine={engine!r}; the runtime runs one of: {', '.join(ENGINES)}")
     device = torch.device(config.mode.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(
+        raise ConfigError(
             f"mode.device={config.mode.device} but no CUDA device is visible; "
             "on a CPU use mode.device=cpu with engine=sync"
         )
     if engine == "async" and device.type != "cuda" and not cpu_emulation:
-        raise RuntimeError(
+        raise ConfigError(
             "engine=async needs CUDA (three CUDA streams, events, pinned IO slots, CUDA graphs); "
             f"mode.device={config.mode.device}. On a CPU run engine=sync with mode.device=cpu"
         )
     w = config.workload
     requests = make_requests(w, config.model.vocab_size)
     num_blocks = default_num_kv_blocks(w, requests)
-    check_requests_fit(requests, config.model.max_position_embeddings, num_blocks * w.kv_block_size)
+    fits(requests, config.model.max_position_embeddings, num_blocks * w.kv_block_size)
     check_vocab(requests, config.model.vocab_size)
     is_async = engine == "async"
     max_context = max(r.prompt_len + r.max_new_tokens for r in requests)
@@ -149,12 +158,12 @@ def execute(
             model=model,
         )
     except torch.OutOfMemoryError as exc:
-        raise RuntimeError(
+        raise ConfigError(
             oom_message(config, num_blocks, "building the model and KV cache", exc)
         ) from None
     shape = runner.shape
     if config.model.path:  # a checkpoint's own context and vocabulary are what count
-        check_requests_fit(requests, shape["max_position_embeddings"], num_blocks * w.kv_block_size)
+        fits(requests, shape["max_position_embeddings"], num_blocks * w.kv_block_size)
         check_vocab(requests, shape["vocab_size"])
     streams = Streams.create(device, three=is_async)
     try:
@@ -163,7 +172,7 @@ def execute(
         if streams.cuda:
             runner.capture_graphs(streams.compute)
     except torch.OutOfMemoryError as exc:
-        raise RuntimeError(oom_message(config, num_blocks, "capturing CUDA graphs", exc)) from None
+        raise ConfigError(oom_message(config, num_blocks, "capturing CUDA graphs", exc)) from None
     setup_s = time.perf_counter() - t_setup
 
     sched = Scheduler(w, num_blocks)

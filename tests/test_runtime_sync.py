@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from cbsim.config.errors import ConfigError  # noqa: E402
 from cbsim.runtime.engine import execute  # noqa: E402
 from cbsim.runtime.model import build_model  # noqa: E402
 from cbsim.trace import schema as S  # noqa: E402
@@ -148,7 +149,7 @@ def test_tracing_off_records_no_events_but_counts(config_factory):
 
 def test_async_needs_cuda(config_factory):
     config = config_factory(BASE + ["engine=async"])
-    with pytest.raises(RuntimeError, match="engine=async needs CUDA"):
+    with pytest.raises(ConfigError, match="engine=async needs CUDA"):
         execute(config, "async")
 
 
@@ -156,7 +157,7 @@ def test_request_longer_than_kv_cache_fails_before_running(config_factory):
     config = config_factory(
         BASE + ["workload.prompt_len=100", "workload.gen_len=50", "workload.kv_num_blocks=4"]
     )
-    with pytest.raises(ValueError, match="KV cache capacity"):
+    with pytest.raises(ConfigError, match="KV cache capacity"):
         execute(config, "sync")
 
 
@@ -171,7 +172,7 @@ def test_request_longer_than_context_fails_before_running(config_factory):
             "model.max_position_embeddings=120",
         ]
     )
-    with pytest.raises(ValueError, match="model context"):
+    with pytest.raises(ConfigError, match="model context"):
         execute(config, "sync")
 
 
@@ -189,7 +190,7 @@ def test_token_ids_outside_vocab_fail_before_running(config_factory, monkeypatch
 
     monkeypatch.setattr(eng, "make_requests", bad_requests)
     monkeypatch.setattr(eng, "ModelRunner", None)  # nothing may be built
-    with pytest.raises(ValueError, match="outside the vocabulary"):
+    with pytest.raises(ConfigError, match="outside the vocabulary"):
         execute(config, "sync")
 
 
@@ -227,3 +228,24 @@ def test_cpu_emulation_of_async_order_and_graph_buckets(config_factory, case, en
     assert result.trace.other_data["io_slots"] == (2 if engine == "async" else 1)
     names = set(result.trace.spans[result.trace.spans.lane == S.COMPUTE].name)
     assert S.GRAPH_REPLAY in names
+
+
+def test_out_of_memory_at_start_names_the_values_to_lower(config_factory, monkeypatch):
+    import cbsim.runtime.engine as eng
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(eng, "ModelRunner", oom)
+    config = config_factory(BASE + ["workload.batch_size=2"])
+    with pytest.raises(ConfigError) as info:
+        execute(config, "sync")
+    msg = str(info.value)
+    for key in (
+        "workload.kv_num_blocks",
+        "workload.batch_size",
+        "workload.max_batch_tokens",
+        "engine.graph_batch_sizes",
+        "model=",
+    ):
+        assert key in msg
