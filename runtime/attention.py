@@ -103,7 +103,9 @@ def prefill_torch(
     hkv, s, g = k.shape[2], k.shape[1], hq // k.shape[2]
     qg = q[q_idx].view(bp, qm, hkv, g, dim).permute(0, 2, 1, 3, 4).reshape(bp, hkv, qm * g, dim)
     mask = torch.arange(s, device=q.device)[None, None, :] <= q_pos[:, :, None]  # [Bp, Qm, S]
-    mask = mask.repeat_interleave(g, dim=1)[:, None]
+    # each query row repeated for its G heads (expand + reshape: no host sync, unlike
+    # repeat_interleave, which may read the output size back from the device)
+    mask = mask[:, :, None, :].expand(bp, qm, g, s).reshape(bp, qm * g, s)[:, None]
     out = F.scaled_dot_product_attention(
         qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
     )
