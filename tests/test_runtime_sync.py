@@ -249,3 +249,14 @@ def test_out_of_memory_at_start_names_the_values_to_lower(config_factory, monkey
         "model=",
     ):
         assert key in msg
+
+
+def test_model_loaded_offline_from_a_checkpoint(config_factory, tmp_path):
+    """model.path: the same weights saved and loaded back give the same tokens."""
+    over = BASE + CASES["staggered"]
+    config = config_factory(over)
+    build_model(config.model, torch.device("cpu"), seed=config.workload.seed).save_pretrained(
+        tmp_path
+    )
+    loaded = execute(config_factory(over + [f"model.path={tmp_path}"]), "sync")
+    assert_same_tokens(loaded, reference_tokens(config))
