@@ -66,7 +66,7 @@ def test_seed_size_report_opens_fast(chromium, tmp_path):
 def test_sweep_report_draws_without_errors(chromium, tmp_path):
     sweep = make_sweep(tmp_path / "sw", SWEEP, unfinished={5})
     r = chromium.open(write_summary(sweep).html)
-    check(r, 2)
+    check(r, 3)
 
 
 @pytest.mark.slow

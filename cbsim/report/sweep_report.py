@@ -325,6 +325,8 @@ def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: fl
             if x is not None:
                 page.figure(heatmap_figure(g, x, y, threshold), "heatmap")
                 page.figure(lines_figure(g, x, y, threshold), "lines")
+                if y is not None:
+                    page.figure(lines_figure(g, y, x, threshold), "lines_y")
             else:
                 page.figure(single_figure(g, threshold), "speedup")
         if len(groups) > MAX_FACETS:

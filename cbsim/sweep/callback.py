@@ -50,7 +50,9 @@ class SweepSummary(Callback):
             "sweep: %s jobs into %s%s",
             self.total if self.total is not None else "?",
             sweep_dir,
-            f" ({done} finished before: they are skipped)" if done else "",
+            f" ({done} job dirs hold metrics.json: those with the same config are skipped)"
+            if done
+            else "",
         )
 
     def _total(self, config: DictConfig) -> str:
