@@ -157,6 +157,45 @@ def empty_decode_layout(pad_to: int, width: int, carry_len: int) -> Layout:
     return make_layout(sizes, num_tokens=pad_to, num_sample=pad_to, all_decode=True, pre_qmax=0)
 
 
+def pack_decode_into(
+    dst: np.ndarray, batch, layout: Layout, scratch_block: int, carry: np.ndarray | None
+) -> Layout:
+    """The graph-bucket fast path: write a decode-only batch padded to `layout` (an
+    `empty_decode_layout`) straight into `dst` (the slot's pinned buffer, as numpy); the same
+    entries as `pack(..., pad_to=..., width=...)`, with no intermediate arrays. Returns the
+    layout with the batch's sample count."""
+    at = {name: off for name, off, _ in layout.offsets}
+    b, rows = len(batch), layout.num_tokens
+    bs = batch.block_size
+    o = at["input_ids"]
+    dst[o : o + b] = batch.input_ids
+    dst[o + b : o + rows] = 0
+    o = at["positions"]
+    dst[o : o + b] = batch.start_pos  # one query token each: its position is start_pos
+    dst[o + b : o + rows] = 0
+    o = at["slots"]
+    dst[o : o + b] = batch.slot_mapping
+    dst[o + b : o + rows] = scratch_block * bs
+    o, li = at["logits_idx"], batch.logits_indices
+    dst[o : o + li.size] = li
+    dst[o + li.size : o + rows] = 0
+    o, n = at["carry"], at["dec_tok"] - at["carry"]
+    dst[o : o + n] = -1
+    if carry is not None and len(carry):
+        dst[o : o + len(carry)] = carry
+    o = at["dec_tok"]
+    dst[o : o + rows] = np.arange(rows)
+    o = at["dec_ctx"]
+    dst[o : o + b] = batch.context_lens
+    dst[o + b : o + rows] = 1
+    o = at["dec_bt"]
+    width = (layout.total - o) // rows
+    bt = dst[o : o + rows * width].reshape(rows, width)
+    bt[:b] = batch.block_table_array(width, pad=scratch_block)
+    bt[b:] = scratch_block
+    return Layout(layout.offsets, layout.total, rows, int(batch.num_samples), True, 0)
+
+
 def dummy_decode(layout: Layout, scratch_block: int, block_size: int) -> np.ndarray:
     """Inputs for `empty_decode_layout`: every row a padding row (graph warm-up and capture)."""
     flat = np.zeros(layout.total, dtype=np.int64)
@@ -212,7 +251,7 @@ class IOSlot:
         self.dev_in = torch.zeros(capacity, dtype=torch.int64, device=device)
         self.dev_out = torch.zeros(max_outputs, dtype=torch.int64, device=device)
         self.host_out = torch.zeros(max_outputs, dtype=torch.int64, pin_memory=pin)
-        self._host_np = self.host_in.numpy()
+        self.host_np = self.host_in.numpy()  # the pinned buffer as numpy (no copy)
         self.last_compute_done = None  # the event of the last forward that read dev_in
 
     @property
@@ -228,7 +267,7 @@ class IOSlot:
                 f"step inputs of {flat.size} entries exceed the IO slot's "
                 f"{self.capacity}; raise the capacity estimate"
             )
-        self._host_np[: flat.size] = flat
+        self.host_np[: flat.size] = flat
 
 
 def slot_capacity(max_tokens: int, max_requests: int, max_width: int) -> int:

@@ -46,11 +46,13 @@ class LoopState:
             self.host_phase_s[S.SCHEDULE] += t1 - t0
         return batch
 
-    def prepare_and_launch(self, batch, slot_index: int, carry):
+    def prepare_and_launch(self, batch, slot_index: int, prev=None):
+        """prev: the batch in flight, whose sampled tokens fill this batch's placeholders."""
         rec = self.rec
         args = batch_args(batch, slot_index)
         t0 = rec.now()
         with profiler_range(S.PREPARE):
+            carry = carry_over_index(prev, batch) if prev is not None else None
             plan = self.runner.plan(batch, self.runner.slots[slot_index], carry)
         t1 = rec.now()
         with profiler_range(S.LAUNCH):
@@ -101,7 +103,7 @@ def run_sync(s: LoopState) -> None:
         if batch is None:
             s.idle()
             continue
-        plan, done = s.prepare_and_launch(batch, 0, None)
+        plan, done = s.prepare_and_launch(batch, 0)
         s.wait_and_update(plan, done)
 
 
@@ -113,8 +115,7 @@ def run_async(s: LoopState) -> None:
         batch = s.schedule()
         launched = None
         if batch is not None:
-            carry = carry_over_index(inflight[0].batch, batch) if inflight else None
-            launched = s.prepare_and_launch(batch, k % 2, carry)
+            launched = s.prepare_and_launch(batch, k % 2, inflight[0].batch if inflight else None)
             k += 1
         if inflight is not None:
             s.wait_and_update(*inflight)

@@ -24,6 +24,7 @@ from cbsim.runtime.io_slots import (
     dummy_decode,
     empty_decode_layout,
     pack,
+    pack_decode_into,
     slot_capacity,
 )
 from cbsim.runtime.kv_cache import PagedKVCache
@@ -121,16 +122,11 @@ class ModelRunner:
         if self.buckets and batch.query_tokens == len(batch) and len(batch) <= self.buckets[-1]:
             bucket = self.buckets[bisect.bisect_left(self.buckets, len(batch))]
         if bucket is not None:
-            flat, layout = pack(
-                batch,
-                self.cache.scratch_block,
-                carry,
-                self.carry_len,
-                pad_to=bucket,
-                width=self.graph_width,
+            layout = pack_decode_into(
+                slot.host_np, batch, self.graph_layouts[bucket], self.cache.scratch_block, carry
             )
-        else:
-            flat, layout = pack(batch, self.cache.scratch_block, carry, self.carry_len)
+            return StepPlan(batch, slot, layout, bucket, layout.total)
+        flat, layout = pack(batch, self.cache.scratch_block, carry, self.carry_len)
         slot.write(flat)
         return StepPlan(batch, slot, layout, bucket, flat.size)
 

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from cbsim.config.schema import WorkloadConfig  # noqa: E402
 from cbsim.runtime.attention import AttnMeta, decode_torch, prefill_torch  # noqa: E402
-from cbsim.runtime.io_slots import empty_decode_layout, pack  # noqa: E402
+from cbsim.runtime.io_slots import empty_decode_layout, pack, pack_decode_into  # noqa: E402
 from cbsim.runtime.kv_cache import PagedKVCache  # noqa: E402
 from cbsim.scheduler import Scheduler  # noqa: E402
 from cbsim.workload import make_requests  # noqa: E402
@@ -98,3 +98,37 @@ def test_padded_decode_pack_has_the_graph_layout():
     assert views["slots"][-1].item() == 30 * 4  # the padding row writes the scratch block
     assert (views["dec_bt"][3] == 30).all()
     assert views["carry"].tolist() == [0, 1, 2, -1, -1, -1, -1, -1]
+
+
+def test_decode_fast_path_writes_what_pack_writes():
+    """pack_decode_into (straight into the pinned buffer) == pack(pad_to=...), step after step,
+    with requests finishing (fewer rows than the bucket) and the async carry-over index."""
+    from cbsim.scheduler import carry_over_index
+
+    w = WorkloadConfig(
+        batch_size=6,
+        num_requests=9,
+        prompt_len=7,
+        gen_len=9,
+        gen_dist="uniform",
+        gen_spread=0.6,
+        kv_block_size=4,
+    )
+    sched = Scheduler(w, 200)
+    sched.add_all(make_requests(w, 100))
+    dst = np.full(4096, 7, dtype=np.int64)
+    prev, checked = None, 0
+    while sched.has_unfinished():
+        batch = sched.schedule()
+        if batch is not None and batch.query_tokens == len(batch):
+            carry = carry_over_index(prev, batch) if prev is not None else None
+            ref, ref_layout = pack(batch, 200, carry, 8, pad_to=8, width=6)
+            layout = pack_decode_into(dst, batch, empty_decode_layout(8, 6, 8), 200, carry)
+            assert layout.offsets == ref_layout.offsets
+            assert layout.num_sample == ref_layout.num_sample
+            np.testing.assert_array_equal(dst[: layout.total], ref)
+            checked += 1
+        if prev is not None:
+            sched.update(prev, np.full(prev.num_samples, 3, dtype=np.int64))
+        prev = batch
+    assert checked > 5
