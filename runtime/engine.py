@@ -137,6 +137,8 @@ def execute(
             "engine=async needs CUDA (three CUDA streams, events, pinned IO slots, CUDA graphs); "
             f"mode.device={config.mode.device}. On a CPU run engine=sync with mode.device=cpu"
         )
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # events, anchors and graphs all on this one device
     w = config.workload
     requests = make_requests(w, config.model.vocab_size)
     num_blocks = default_num_kv_blocks(w, requests)
@@ -175,7 +177,10 @@ def execute(
         raise ConfigError(oom_message(config, num_blocks, "capturing CUDA graphs", exc)) from None
     setup_s = time.perf_counter() - t_setup
 
-    sched = Scheduler(w, num_blocks)
+    eos = runner.model.config.eos_token_id  # None for random weights; a checkpoint's own
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    sched = Scheduler(w, num_blocks, eos_token_id=eos)
     sched.add_all(requests)
     rec = Recorder(config.mode.tracing, device)
     rec.start(streams.compute)
