@@ -62,7 +62,8 @@ def memory(sim: SimEngine) -> dict[str, Any]:
     longest = max(r.prompt_len + r.max_new_tokens for r in sim.requests)
     per_slot = costs.io_slot_bytes(w.batch_size, w.max_batch_tokens, longest)
     pool = costs.graph_pool_bytes_per_slot(w.batch_size) if eng.cuda_graphs else 0
-    sizes = [s for s in costs.graph_sizes if s <= w.batch_size] or costs.graph_sizes[:1]
+    largest = costs.graph_size(w.batch_size) or costs.graph_sizes[-1]
+    sizes = [s for s in costs.graph_sizes if s <= largest]
     return {
         "io_slots": eng.io_slots,
         "io_buffer_bytes_per_slot": per_slot,
