@@ -185,7 +185,13 @@ def execute(
     rec = Recorder(config.mode.tracing, device)
     rec.start(streams.compute)
     for r in requests:
-        rec.request(S.ARRIVAL, rec.t0 + r.arrival_s, r.rid)
+        rec.request(
+            S.ARRIVAL,
+            rec.t0 + r.arrival_s,
+            r.rid,
+            prompt_len=r.prompt_len,
+            max_new_tokens=r.max_new_tokens,
+        )
     state = LoopState(
         runner, sched, rec, streams, SlotEvents(len(runner.slots)) if streams.cuda else None
     )

@@ -85,9 +85,17 @@ class LoopState:
         self.generated += len(tokens)
         if rec.enabled:
             for rid in self.sched.last_first_token_rids:
-                rec.request(S.FIRST_TOKEN, t2, rid)
+                rec.request(S.FIRST_TOKEN, t2, rid, step=int(batch.step))
             for rid in finished:
-                rec.request(S.FINISH, t2, rid, tokens=self.sched.request(rid).num_outputs)
+                state = self.sched.request(rid)
+                rec.request(
+                    S.FINISH,
+                    t2,
+                    rid,
+                    tokens=state.num_outputs,
+                    reason=state.finish_reason,
+                    step=int(batch.step),
+                )
 
     def idle(self) -> None:
         """Nothing can run and nothing is in flight: sleep until the next request arrives."""
