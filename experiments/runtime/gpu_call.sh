@@ -2,7 +2,8 @@
 # One device call on the H200: install the wheels, run the runtime's GPU tests, record the
 # reference runs (traces, metrics, tracing overhead, a small Kineto trace), run the anchor.
 # Run from the repo root with the wheels in .whl (../shared/tools/gpu-wheels.sh .whl):
-#   bash experiments/runtime/gpu_call.sh "CASES" "ANCHOR_ARGS"
+#   bash experiments/runtime/gpu_call.sh "CASES" "ANCHOR_ARGS"      (CASES=skip: no recording)
+# Env: TESTS=0 skips the GPU tests; CLI="mode=runtime +experiment=seed" also runs the app.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -19,6 +20,13 @@ if [ -n "${TESTS:-1}" ] && [ "${TESTS:-1}" != 0 ]; then
   timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu \
     tests/test_runtime_gpu.py -rA -s 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 fi
+if [ -n "${CLI:-}" ]; then
+  echo "== cli: python3 -m cbsim $CLI hydra.run.dir=/tmp/cli"
+  timeout "${CLI_TIMEOUT:-240}" python3 -m cbsim $CLI hydra.run.dir=/tmp/cli 2>&1 |
+    tee "$OUT/cli.log" | tail -30
+  tar czf "$OUT/cli.tgz" -C /tmp cli
+fi
+[ "$CASES" = skip ] && exit 0
 echo "== record: python3 experiments/runtime/record.py /tmp/rec $CASES ${RECORD_FLAGS---overhead --kineto}"
 timeout "${RECORD_TIMEOUT:-260}" python3 experiments/runtime/record.py /tmp/rec $CASES \
   ${RECORD_FLAGS---overhead --kineto} 2>&1 | tee "$OUT/record.log" | grep -v Warning
