@@ -15,6 +15,7 @@ from cbsim.trace import schema as S
 from cbsim.validation.kineto import import_kineto, main
 
 DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parents[1]
 # recorded on the H200 by tests/data/make_kineto_trace.py: 4 decode steps of a tiny Llama on three
 # streams, eagerly and graph-replayed
 H200 = {"eager": DATA / "kineto_h200_eager.json.gz", "graph": DATA / "kineto_h200_graph.json.gz"}
@@ -66,6 +67,20 @@ def test_steps_from_graph_launches_without_ranges():
     eager = import_kineto(H200["eager"], step_marker="^no such range$")
     assert eager.other_data["kineto"]["steps_from"] == "none"
     assert compute_metrics(eager)["steps"] == 0
+
+
+RUNTIME_KINETO = sorted((REPO / "experiments" / "kineto").glob("runtime_*.json.gz"))
+
+
+@pytest.mark.skipif(not RUNTIME_KINETO, reason="the runtime's H200 Kineto trace is not committed")
+def test_runtime_kineto_trace_from_the_h200():
+    """The runtime's own async engine under torch.profiler on the H200 (experiments/kineto/)."""
+    trace = import_kineto(RUNTIME_KINETO[-1])
+    m = compute_metrics(trace)
+    assert m["steps"] > 0 and m["gpu_forward_ms_mean"] > 0
+    spans = trace.spans
+    assert S.COPY_H2D in set(spans[spans.lane == S.H2D].name)
+    assert spans[spans.lane == S.COMPUTE].name.isin(S.FORWARD_NAMES).any()
 
 
 def test_cpu_only_trace_has_host_lane_only():

@@ -5,8 +5,8 @@ own ``CostModel``, so plugging the profile back in reproduces what was fitted:
 
 - forward pass (compute-lane ``forward`` / ``graph_replay`` spans): ``CostModel.forward`` is a sum
   of rooflines (linear layers, LM head, attention) plus ``forward_fixed_us`` and a gap per kernel;
-  its efficiencies, the fixed cost and the kernel gaps are fitted by bounded Levenberg-Marquardt
-  on relative residuals;
+  its efficiencies, the fixed cost, the carry-over and the kernel gaps are fitted by bounded
+  Gauss-Newton on relative residuals (decode and prefill steps);
 - copies: ``copy_latency_us + bytes / bandwidth`` (h2d and d2h share the latency);
 - host phases: ``fixed + per_request x requests + per_token x tokens`` (tokens: query tokens for
   schedule and prepare, sampled tokens for update, as the simulator charges them);
@@ -40,8 +40,20 @@ LAUNCH_COPIES, LAUNCH_EVENT_OPS = 2, 5
 MAX_FORWARD_SAMPLES = 240
 EFFS = ("gemm_bandwidth_eff", "attention_bandwidth_eff", "gemm_flops_eff", "attention_flops_eff")
 # in this order: with one kernel count per step kind, the graph gap is collinear with the fixed
-# cost and the carry-over, so it keeps its prior (the kernel gaps show in a Kineto trace, not here)
-GPU_US = ("forward_fixed_us", "carry_over_us", "eager_kernel_gap_us", "graph_node_gap_us")
+# cost and the carry-over, so it keeps its prior (the kernel gaps show in a Kineto trace, not here).
+# Any other float term of GpuCosts (one the cost model gains later) is fitted too, before the gaps.
+GPU_FIRST = ("forward_fixed_us", "carry_over_us")
+GPU_LAST = ("eager_kernel_gap_us", "graph_node_gap_us")
+# an efficiency may come out above 1 (a kernel beating the measured copy bandwidth): the fit lets
+# it, and then raises the ceiling (hbm_bandwidth / peak_flops) so the efficiencies stay in (0, 1]
+MAX_EFF = 20.0
+
+
+def gpu_terms(gpu) -> list[str]:
+    """The GpuCosts float fields the forward fit works on, in order of priority."""
+    floats = [f.name for f in dataclasses.fields(gpu) if isinstance(getattr(gpu, f.name), float)]
+    middle = [k for k in floats if k not in (*EFFS, *GPU_FIRST, *GPU_LAST)]
+    return [k for k in (*GPU_FIRST, *middle, *GPU_LAST) if k in floats]
 
 
 @dataclass
@@ -113,15 +125,27 @@ def calibrate(recs: list[Recorded], base: HardwareConfig, name: str | None = Non
 
 # ---- forward ---------------------------------------------------------------------------------
 class StepShape:
-    """What CostModel.forward reads from a scheduler Batch, rebuilt from a span's args (requests
-    share the query and KV tokens evenly: exact for decode, an approximation for mixed steps)."""
+    """What CostModel.forward reads from a scheduler Batch: the replayed batch's per-request
+    lengths when known (``Recorded.batches``), else the span's totals shared evenly over the
+    requests (exact for decode, an approximation for prefill)."""
 
-    def __init__(self, requests: int, query_tokens: int, kv_tokens: int, samples: int, kind: str):
+    def __init__(
+        self,
+        requests: int,
+        query_tokens: int,
+        kv_tokens: int,
+        samples: int,
+        kind: str,
+        lens: tuple[np.ndarray, np.ndarray] | None = None,
+    ):
         self.n = requests
         self.query_tokens, self.kv_tokens, self.num_samples = query_tokens, kv_tokens, samples
         self.kind = kind
-        self.query_lens = _even(query_tokens, requests)
-        self.context_lens = _even(kv_tokens, requests)
+        if lens is not None:
+            self.query_lens, self.context_lens = lens
+        else:
+            self.query_lens = _even(query_tokens, requests)
+            self.context_lens = _even(kv_tokens, requests)
 
     def __len__(self) -> int:
         return self.n
@@ -134,16 +158,27 @@ def _even(total: int, n: int) -> np.ndarray:
 
 
 def _forward_samples(rec: Recorded) -> pd.DataFrame:
-    """Decode and prefill steps (a mixed step's per-request split is not in the trace, and the
-    attention FLOPs depend on it), evenly spaced over the run."""
+    """Steps evenly spaced over the run: decode steps, and every other step whose per-request
+    split is known (replayed) or does not matter (a prefill split evenly is exact when all its
+    prompts are equal; otherwise an approximation); a mixed step without it is left out, its
+    attention FLOPs depend on the split."""
     fwd = forward_steps(rec).sort_values("step")
-    fwd = fwd[fwd.kind.isin(("decode", "prefill"))]
+    known = fwd.step.isin(list(rec.batches))
+    fwd = fwd[(known | fwd.kind.isin(("decode", "prefill"))) & ~host_bound(rec, fwd)]
     if len(fwd) > MAX_FORWARD_SAMPLES:
         other = fwd[fwd.kind != "decode"].head(MAX_FORWARD_SAMPLES // 4)
         dec = fwd[fwd.kind == "decode"]
         idx = np.linspace(0, len(dec) - 1, MAX_FORWARD_SAMPLES - len(other)).round().astype(int)
         fwd = pd.concat([other, dec.iloc[np.unique(idx)]])
     return fwd
+
+
+def host_bound(rec: Recorded, fwd: pd.DataFrame) -> pd.Series:
+    """Eager forwards whose launch took at least half the forward's span: the span then times
+    the host feeding kernels (or blocking inside the launch), not the GPU's work."""
+    sp = rec.spans
+    launch = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH)].groupby("step")["dur"].max()
+    return ~fwd.graph & (fwd.step.map(launch).fillna(0) >= 0.5 * fwd.dur)
 
 
 def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
@@ -158,6 +193,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
                     int(r.kv_tokens),
                     int(r.new_tokens),
                     r.kind,
+                    rec.batches.get(int(r.step)),
                 ),
                 bool(r.graph),
                 bool(r.carry),
@@ -170,22 +206,27 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
     if not data:
         return
     hw = cal.hardware
-    names = [*EFFS, *GPU_US]
+    terms = gpu_terms(hw.gpu)
+    names = [*EFFS, *terms]
     # efficiencies are fitted as their inverse (time per unit of work is linear in it)
-    theta0 = [1.0 / getattr(hw.gpu, k) for k in EFFS] + [getattr(hw.gpu, k) for k in GPU_US]
-    lower = [1.0] * len(EFFS) + [0.0] * len(GPU_US)
-    upper = [1e3] * len(EFFS) + [1e6] * len(GPU_US)
+    theta0 = [1.0 / getattr(hw.gpu, k) for k in EFFS] + [getattr(hw.gpu, k) for k in terms]
+    lower = [1.0 / MAX_EFF] * len(EFFS) + [0.0] * len(terms)
+    upper = [1e3] * len(EFFS) + [1e6] * len(terms)
 
     def gpu_of(theta: np.ndarray):
-        vals = {k: 1.0 / theta[i] for i, k in enumerate(EFFS)}
-        vals.update({k: float(theta[len(EFFS) + i]) for i, k in enumerate(GPU_US)})
-        return dataclasses.replace(hw.gpu, **vals)
+        # unchecked: an efficiency above 1 is allowed while fitting (see MAX_EFF)
+        g = dataclasses.replace(hw.gpu)
+        for i, k in enumerate(EFFS):
+            object.__setattr__(g, k, 1.0 / theta[i])
+        for i, k in enumerate(terms):
+            object.__setattr__(g, k, float(theta[len(EFFS) + i]))
+        return g
 
     def model(theta: np.ndarray) -> np.ndarray:
         g = gpu_of(theta)
         out = []
         for rec, shapes, _ in data:
-            cfg = dataclasses.replace(rec.config, hardware=dataclasses.replace(hw, gpu=g))
+            cfg = dataclasses.replace(rec.config, hardware=_unchecked(hw, gpu=g))
             cm = CostModel(cfg)
             for shape, graph, carry, own_span in shapes:
                 padded = cm.graph_size(len(shape)) if graph else None
@@ -202,8 +243,20 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
             lambda t: model(t)[~out], y[~out], [fit.values[k] for k in names], names, lower, upper
         )
     hw.gpu = gpu_of(np.array([fit.values[k] for k in names]))
+    ceilings = _raise_ceilings(hw)
     fit.values = {k: getattr(hw.gpu, k) for k in names}
     cal.rows.append(Row(_label("forward", out), int((~out).sum()), fit, prior))
+    if ceilings:
+        cal.rows.append(
+            Row(
+                "roofline ceilings",
+                int((~out).sum()),
+                Fit(ceilings, dict.fromkeys(ceilings, True), fit.residuals),
+                {k: getattr(cal.hardware, k) for k in ceilings},
+            )
+        )
+        for k, v in ceilings.items():
+            setattr(hw, k, v)
 
     carry = pd.concat(
         [
@@ -215,6 +268,29 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
         _set_median(cal, "carry_over", carry.dur.to_numpy(), hw.gpu, "carry_over_us")
 
 
+def _unchecked(hw: HardwareConfig, **changes: Any) -> HardwareConfig:
+    new = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu))
+    for k, v in changes.items():
+        object.__setattr__(new, k, v)
+    return new
+
+
+def _raise_ceilings(hw: HardwareConfig) -> dict[str, float]:
+    """Efficiencies above 1: raise hbm_bandwidth / peak_flops to the fastest achieved rate and
+    scale the efficiencies down, predictions unchanged. Returns the raised ceilings."""
+    out = {}
+    for ceiling, effs in (
+        ("hbm_bandwidth", ("gemm_bandwidth_eff", "attention_bandwidth_eff")),
+        ("peak_flops", ("gemm_flops_eff", "attention_flops_eff")),
+    ):
+        top = max(getattr(hw.gpu, k) for k in effs)
+        if top > 1.0:
+            out[ceiling] = getattr(hw, ceiling) * top
+            for k in effs:
+                object.__setattr__(hw.gpu, k, getattr(hw.gpu, k) / top)
+    return out
+
+
 def _set_median(
     cal: Calibration,
     what: str,
@@ -223,12 +299,14 @@ def _set_median(
     attr: str,
     offset: float = 0.0,
     per: float = 1.0,
+    q: float = 50.0,
 ) -> None:
-    """obj.attr = (median(y) - offset) / per: a term that is one constant per span."""
+    """obj.attr = (percentile q of y - offset) / per: a term that is one constant per span."""
     prior = getattr(obj, attr)
-    value = max((float(np.median(y)) - offset) / per, 0.0)
+    value = max((float(np.percentile(y, q)) - offset) / per, 0.0)
     setattr(obj, attr, value)
-    res = (value * per + offset - y) / np.maximum(y, 1e-9)
+    # relative to the typical span: a wake-up of ~0 us would make a relative error meaningless
+    res = (value * per + offset - y) / max(float(np.median(np.abs(y))), 1e-9)
     cal.rows.append(Row(what, len(y), Fit({attr: value}, {attr: True}, res), {attr: prior}))
 
 
@@ -341,13 +419,14 @@ def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
 
 
 def _stall_period(where: list[tuple[float, float]], updates: int) -> int:
-    """Median spacing, in updates, of consecutive stalls within one trace."""
+    """Stalls at a regular spacing (a counter, as the simulator's): the median spacing, in
+    updates, within one trace; irregular ones (a garbage collector): their mean rate."""
     gaps = []
     for trace in {w[0] for w in where}:
         at = sorted(w[1] for w in where if w[0] == trace)
-        gaps += list(np.diff(at))
-    gaps = [g for g in gaps if g > 0]
-    period = float(np.median(gaps)) if gaps else updates / len(where)
+        gaps += [g for g in np.diff(at) if g > 0]
+    regular = len(gaps) >= 2 and np.std(gaps) <= 0.25 * np.mean(gaps)
+    period = float(np.median(gaps)) if regular else updates / len(where)
     return max(int(round(period)), 1)
 
 
@@ -387,7 +466,8 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
             cal, "launch (graph)", np.array(graph_launch), host, "graph_launch_us", offset=enqueue
         )
     if eager_launch:
+        # the lower envelope, not the median: an eager launch that blocks inside (a host sync in
+        # the eager path waits for the GPU) times the GPU's queue, not the host's own launch cost
         dur, kernels = np.array(eager_launch).T
-        _set_median(
-            cal, "launch (eager, /kernel)", (dur - enqueue) / kernels, host, "kernel_launch_us"
-        )
+        per_kernel = (dur - enqueue) / kernels
+        _set_median(cal, "launch (eager, /kernel, p10)", per_kernel, host, "kernel_launch_us", q=10)

@@ -40,6 +40,14 @@ class Fit:
         return float(np.max(np.abs(self.residuals)) * 100) if len(self.residuals) else float("nan")
 
 
+def weights(y: np.ndarray) -> np.ndarray:
+    """1/y for relative residuals, with y floored at a tenth of the typical value (a copy timed
+    at 0 us would otherwise weigh without bound)."""
+    y = np.abs(np.asarray(y, float))
+    floor = max(0.1 * float(np.median(y)) if len(y) else 0.0, 1e-9)
+    return 1.0 / np.maximum(y, floor)
+
+
 def independent_columns(X: np.ndarray, tol: float = COLLINEAR_TOL) -> list[int]:
     """Greedy, in column order: keep a column if it is not (nearly) in the span of those kept."""
     keep: list[int] = []
@@ -99,7 +107,7 @@ def linear_fit(
     """
     X, y = np.asarray(X, float), np.asarray(y, float)
     prior = np.asarray(prior, float)
-    w = 1.0 / np.maximum(np.abs(y), 1e-9)
+    w = weights(y)
     Xw = X * w[:, None]
     scale = np.linalg.norm(Xw, axis=0)
     # a term too small to see at its prior value (e.g. a bandwidth term of tiny copies) is kept;
@@ -115,7 +123,7 @@ def linear_fit(
     target = y - X[:, kept] @ prior[kept]
     if cols:
         b[cols] = nnls(Xw[:, cols], target * w)
-    res = (X @ b - y) / np.maximum(np.abs(y), 1e-9)
+    res = (X @ b - y) * w
     return Fit(
         {n: float(v) for n, v in zip(names, b)}, {n: j in cols for j, n in enumerate(names)}, res
     )
@@ -140,7 +148,7 @@ def curve_fit(
     collinear with earlier ones (see ``independent_columns``) keeps its start value.
     """
     y = np.asarray(y, float)
-    w = 1.0 / np.maximum(np.abs(y), 1e-9)
+    w = weights(y)
     theta = np.asarray(theta0, float).copy()
     lo, hi = np.asarray(lower, float), np.asarray(upper, float)
 
@@ -156,11 +164,13 @@ def curve_fit(
     m = model(theta)
     best = (float(np.sum(((m - y) * w) ** 2)), theta.copy(), m)
     free: list[int] = []
+    ever: set[int] = set()  # a parameter moved in any iteration counts as fitted
     for _ in range(iters):
         J = jac(theta, m)
         Jw = J * w[:, None]
         norms = np.linalg.norm(Jw, axis=0)
         free = [j for j in independent_columns(Jw / np.maximum(norms, 1e-300))]
+        ever.update(free)
         target = y - m + J @ theta
         new = _bounded_lstsq(Jw, target * w, theta, free, lo, hi)
         m_new = model(new)
@@ -174,7 +184,7 @@ def curve_fit(
     _, theta, m = best
     return Fit(
         {n: float(v) for n, v in zip(names, theta)},
-        {n: j in free for j, n in enumerate(names)},
+        {n: j in ever for j, n in enumerate(names)},
         (m - y) * w,
     )
 

@@ -13,6 +13,7 @@ import yaml
 import cbsim.conf
 from cbsim.config.errors import ConfigError
 from cbsim.validation.calibrate import Calibration
+from cbsim.validation.traces import label
 
 CONF_HARDWARE = Path(cbsim.conf.__file__).resolve().parent / "hardware"
 HOST_PHASES = ("schedule", "prepare", "update")
@@ -49,7 +50,7 @@ def profile_yaml(cal: Calibration, base_name: str) -> str:
     """Every HardwareConfig field (so a field added to the schema later is carried over too),
     each commented with its origin."""
     hw, origin = cal.hardware, _origin(cal)
-    traces = ", ".join(Path(t).name for t in cal.traces)
+    traces = ", ".join(label(t) for t in cal.traces)
     lines = [
         f"# {hw.name}: calibrated by `python -m cbsim +experiment=calibrate` on "
         f"{_dt.date.today().isoformat()}",

@@ -19,6 +19,7 @@ from cbsim.validation.validate import TARGETS, RunResult
 WINDOW_STEPS = 12
 ERROR_COLUMNS = (
     ("total time", "total_time_pct", "{:+.2f}%"),
+    ("decode steps", "decode_time_pct", "{:+.2f}%"),
     ("GPU idle", "gpu_idle_pp", "{:+.2f} pp"),
     ("step p50", "step_p50_pct", "{:+.2f}%"),
     ("step p99", "step_p99_pct", "{:+.2f}%"),

@@ -5,7 +5,8 @@ Settings under ``extra`` (conf/experiment/calibrate.yaml and validate.yaml docum
 calibrate: ``profile`` (name of the profile written, default ``<hardware.name>_calibrated``),
 ``install`` (also write it to the package's conf/hardware/ so ``hardware=<profile>`` selects it).
 
-validate: ``holdout``: ``loo`` (default: each run predicted by a profile fitted on the others),
+validate: ``holdout``: ``loo`` (default: each run predicted by a profile fitted on the others, of its own
+recording session unless ``by_session`` is false),
 ``fit_on`` (a fixed calibration set, paths or globs: runs in it are reported in-sample, the others
 held out) or ``profile`` (the composed ``hardware`` as it is, e.g. ``hardware=h200_calibrated``;
 runs named in that profile's ``source`` are reported in-sample). ``report`` (default true):
@@ -23,7 +24,7 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.trace import write_trace
 from cbsim.validation.calibrate import calibrate
 from cbsim.validation.profile import write_profile
-from cbsim.validation.traces import Recorded, load, resolve_traces
+from cbsim.validation.traces import Recorded, label, load, resolve_traces
 from cbsim.validation.validate import (
     error_table,
     leave_one_out,
@@ -103,7 +104,8 @@ def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> di
         )
         holdout = "profile"
     if holdout == "loo":
-        results, _ = leave_one_out(recs, config.hardware, name)
+        by_session = bool(extra.get("by_session", True))
+        results, _ = leave_one_out(recs, config.hardware, name, by_session)
     elif holdout == "fit_on":
         if not fit_on_patterns:
             raise ConfigError("extra.holdout=fit_on needs extra.fit_on=[path,...]")
@@ -116,7 +118,7 @@ def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> di
         ]
     else:
         source = config.hardware.source
-        results = [validate_run(r, config.hardware, r.path.name not in source, []) for r in recs]
+        results = [validate_run(r, config.hardware, label(r.path) not in source, []) for r in recs]
     out = {
         "task": "validate",
         "holdout": holdout,

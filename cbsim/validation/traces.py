@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -34,6 +35,19 @@ ARG_COLUMNS = (
     "bytes",
     "carry_over_us",
 )
+
+
+RECORDINGS = REPO / "experiments" / "runtime"
+
+
+def label(path: str | os.PathLike[str]) -> str:
+    """A trace's name in tables and profiles: its path under experiments/runtime/ when it is
+    there (session/case/file), else its folder and file name."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(RECORDINGS.resolve()))
+    except ValueError:
+        return f"{p.parent.name}/{p.name}"
 
 
 def resolve_traces(patterns: list[str]) -> list[Path]:
@@ -65,11 +79,16 @@ class Recorded:
 
     @property
     def name(self) -> str:
-        n = self.path.name
+        n = label(self.path)
         for suffix in (".gz", ".json"):
             n = n.removesuffix(suffix)
-        parent = self.path.parent.name
-        return f"{parent}/{n}" if parent else n
+        return n
+
+    @property
+    def session(self) -> str:
+        """The recording session (experiments/runtime/<session>/...): one software stack."""
+        parts = label(self.path).split("/")
+        return parts[0] if len(parts) > 2 else str(self.path.parent.parent)
 
     @property
     def engine(self) -> str:
@@ -91,6 +110,23 @@ class Recorded:
     @cached_property
     def spans(self) -> pd.DataFrame:
         return span_table(self.trace)
+
+    @cached_property
+    def batches(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per step, the batch's per-request query and context lengths, by replaying the shared
+        scheduler on the recorded workload (offline workloads: the batches do not depend on
+        time). Steps whose totals disagree with the trace's args are left out."""
+        replayed = replay_batches(self.config, self.engine) or {}
+        fwd = forward_steps(self)
+        out = {}
+        for r in fwd.itertuples():
+            got = replayed.get(int(r.step))
+            if got is None:
+                continue
+            q, ctx = got
+            if (len(q), int(q.sum()), int(ctx.sum())) == (r.requests, r.query_tokens, r.kv_tokens):
+                out[int(r.step)] = got
+        return out
 
 
 def load(paths: list[Path]) -> list[Recorded]:
@@ -152,6 +188,37 @@ def _singletons() -> dict:
     from hydra.core.singleton import Singleton
 
     return Singleton._instances
+
+
+def replay_batches(
+    config: CbsimConfig, engine: str
+) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """Step -> (query_lens, context_lens) from the shared scheduler, driven in the engine's order
+    (async: batch N+1 scheduled before N's update); None for online (Poisson) workloads."""
+    from cbsim.scheduler import Scheduler, default_num_kv_blocks, run_to_completion
+    from cbsim.workload import make_requests
+
+    w = config.workload
+    if w.arrival != "offline":
+        return None
+    requests = make_requests(w, config.model.vocab_size)
+    sched = Scheduler(w, default_num_kv_blocks(w, requests))
+    sched.add_all(requests)
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def keep(batch, _prev) -> None:
+        out[int(batch.step)] = (np.array(batch.query_lens), np.array(batch.context_lens))
+
+    try:
+        run_to_completion(
+            sched,
+            lambda b: np.ones(b.num_samples, dtype=np.int64),
+            overlap=engine == "async",
+            on_batch=keep,
+        )
+    except (RuntimeError, ValueError):
+        return None
+    return out
 
 
 def hardware_from(data: dict[str, Any]) -> HardwareConfig:

@@ -16,6 +16,7 @@ from typing import Any
 from cbsim.config.schema import HardwareConfig
 from cbsim.metrics import compute_metrics
 from cbsim.trace import Trace
+from cbsim.trace import schema as S
 from cbsim.validation.calibrate import Calibration, calibrate
 from cbsim.validation.traces import Recorded
 
@@ -25,6 +26,7 @@ log = logging.getLogger("cbsim")
 TARGETS = {"total_time_pct": 3.0, "gpu_idle_pp": 1.0, "step_p50_pct": 5.0}
 PCT_ERRORS = {
     "total_time_pct": "total_time_s",
+    "decode_time_pct": "decode_time_s",
     "step_p50_pct": "step_time_ms_p50",
     "step_p99_pct": "step_time_ms_p99",
     "ttft_p50_pct": "ttft_ms_p50",
@@ -32,6 +34,7 @@ PCT_ERRORS = {
 }
 SHOWN = (
     "total_time_s",
+    "decode_time_s",
     "gpu_idle_fraction",
     "step_time_ms_p50",
     "step_time_ms_p99",
@@ -85,6 +88,25 @@ def errors(real: dict[str, Any], sim: dict[str, Any]) -> dict[str, float | None]
     return out
 
 
+def decode_time_s(trace: Trace) -> float | None:
+    """The summed step times of decode steps (step time as in metrics: between consecutive
+    forward ends): the steady state, without prefill and whatever cold start it carries."""
+    sp = trace.spans
+    lane = S.COMPUTE if (sp.lane == S.COMPUTE).any() else S.DEFAULT
+    fwd = sp[(sp.lane == lane) & sp.name.isin(S.FORWARD_NAMES)]
+    if fwd.empty:
+        return None
+    steps = fwd.groupby("step").agg(end=("end", "max"), kind=("kind", "first")).sort_values("end")
+    dt = steps.end.diff()
+    return float(dt[steps.kind == "decode"].sum()) / 1e6
+
+
+def measure(trace: Trace) -> dict[str, Any]:
+    m = compute_metrics(trace)
+    m["decode_time_s"] = decode_time_s(trace)
+    return m
+
+
 def simulate_like(rec: Recorded, hw: HardwareConfig) -> Trace:
     """The recorded run's config, in the simulator, with ``hw``."""
     from cbsim.sim import run
@@ -96,18 +118,21 @@ def simulate_like(rec: Recorded, hw: HardwareConfig) -> Trace:
 
 def validate_run(rec: Recorded, hw: HardwareConfig, held_out: bool, fit_on: list[str]) -> RunResult:
     trace = simulate_like(rec, hw)
-    return RunResult(
-        rec, trace, compute_metrics(rec.trace), compute_metrics(trace), held_out, fit_on
-    )
+    return RunResult(rec, trace, measure(rec.trace), measure(trace), held_out, fit_on)
 
 
 def leave_one_out(
-    recs: list[Recorded], base: HardwareConfig, name: str
+    recs: list[Recorded], base: HardwareConfig, name: str, by_session: bool = True
 ) -> tuple[list[RunResult], dict[str, Calibration]]:
-    """Each run predicted by a profile fitted on all the others."""
+    """Each run predicted by a profile fitted on all the others: of its own recording session
+    when ``by_session`` (one software stack: runs recorded by another version of the runtime
+    cost something else), else of all sessions; all of them when it is alone in its session."""
     results, cals = [], {}
-    for i, rec in enumerate(recs):
-        others = recs[:i] + recs[i + 1 :]
+    for rec in recs:
+        others = [r for r in recs if r is not rec]
+        same = [r for r in others if r.session == rec.session]
+        if by_session and same:
+            others = same
         cal = calibrate(others, base, name)
         cals[rec.name] = cal
         log.info("held out %s: fitted on %d other run(s)", rec.name, len(others))
@@ -132,25 +157,24 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
     return out
 
 
+TABLE = (
+    ("total %", "total_time_pct"),
+    ("decode %", "decode_time_pct"),
+    ("idle pp", "gpu_idle_pp"),
+    ("p50 %", "step_p50_pct"),
+    ("p99 %", "step_p99_pct"),
+    ("TTFT %", "ttft_p50_pct"),
+    ("TPOT %", "tpot_p50_pct"),
+)
+
+
 def error_table(results: list[RunResult]) -> str:
-    head = (
-        f"{'run':<34}{'engine':>7}{'held':>6}{'total %':>9}{'idle pp':>9}{'p50 %':>8}"
-        f"{'p99 %':>8}{'TTFT %':>8}{'TPOT %':>8}"
-    )
-    lines = [head]
-    keys = (
-        "total_time_pct",
-        "gpu_idle_pp",
-        "step_p50_pct",
-        "step_p99_pct",
-        "ttft_p50_pct",
-        "tpot_p50_pct",
-    )
+    lines = [f"{'run':<30}{'engine':>7}{'held':>6}" + "".join(f"{h:>10}" for h, _ in TABLE)]
     for r in results:
         e = r.errors
-        c = [f"{e[k]:+.2f}" if e[k] is not None else "-" for k in keys]
+        cells = [f"{e[k]:+.2f}" if e[k] is not None else "-" for _, k in TABLE]
         lines.append(
-            f"{r.rec.name[:33]:<34}{r.rec.engine:>7}{'yes' if r.held_out else 'no':>6}"
-            f"{c[0]:>9}{c[1]:>9}{c[2]:>8}{c[3]:>8}{c[4]:>8}{c[5]:>8}"
+            f"{r.rec.name[:29]:<30}{r.rec.engine:>7}{'yes' if r.held_out else 'no':>6}"
+            + "".join(f"{c:>10}" for c in cells)
         )
     return "\n".join(lines)
