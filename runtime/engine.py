@@ -137,7 +137,7 @@ def execute(
             "engine=async needs CUDA (three CUDA streams, events, pinned IO slots, CUDA graphs); "
             f"mode.device={config.mode.device}. On a CPU run engine=sync with mode.device=cpu"
         )
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # events, anchors and graphs all on this one device
     w = config.workload
     requests = make_requests(w, config.model.vocab_size)
