@@ -118,15 +118,30 @@ def linear_fit(
         if scale[j] > 0 and (prior[j] == 0 or np.max(np.abs(X[:, j] * prior[j] * w)) >= min_share)
     ]
     cols = [visible[k] for k in independent_columns(Xw[:, visible] / scale[visible])]
+    b = _solve(X, Xw, y, w, prior, cols)
+    res = (X @ b - y) * w
+    fitted = list(cols)
+    if np.median(res) > 0.05:
+        # the kept terms alone overshoot the spans (a base per-request cost above what a run of
+        # one batch size takes in all): the data bound them, to zero, and the rest is refitted
+        zeroed = [j for j in range(len(prior)) if j not in cols and prior[j] != 0]
+        prior = np.where(np.isin(np.arange(len(prior)), zeroed), 0.0, prior)
+        b = _solve(X, Xw, y, w, prior, cols)
+        res = (X @ b - y) * w
+        fitted += zeroed
+    return Fit(
+        {n: float(v) for n, v in zip(names, b)}, {n: j in fitted for j, n in enumerate(names)}, res
+    )
+
+
+def _solve(X, Xw, y, w, prior, cols) -> np.ndarray:
+    """The prior, with the ``cols`` entries fitted (non-negative) to what the others leave."""
     b = prior.copy()
     kept = [j for j in range(X.shape[1]) if j not in cols]
     target = y - X[:, kept] @ prior[kept]
     if cols:
         b[cols] = nnls(Xw[:, cols], target * w)
-    res = (X @ b - y) * w
-    return Fit(
-        {n: float(v) for n, v in zip(names, b)}, {n: j in cols for j, n in enumerate(names)}, res
-    )
+    return b
 
 
 def curve_fit(
