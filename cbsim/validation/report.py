@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 from cbsim.report.frames import run_frames
@@ -59,9 +60,17 @@ def steady_window(result: RunResult) -> tuple[int, int]:
     return max(mid - WINDOW_STEPS // 2, int(steps.min())), mid + WINDOW_STEPS // 2 - 1
 
 
+# a box plot is drawn from this many evenly spaced quantiles of a run's step times (the same
+# box, whiskers and outliers as all 8192 steps; a page of ten runs stays small)
+BOX_POINTS = 512
+
+
 def step_times_ms(trace: Trace) -> list[float]:
     frames = run_frames("", trace)
-    return frames.steps["step_ms"].astype(float).tolist()
+    t = frames.steps["step_ms"].to_numpy(float)
+    if len(t) > BOX_POINTS:
+        t = np.quantile(t, np.linspace(0.0, 1.0, BOX_POINTS))
+    return t.tolist()
 
 
 def distribution_figure(results: list[RunResult]) -> go.Figure:
