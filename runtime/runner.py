@@ -65,6 +65,12 @@ class ModelRunner:
                 from cbsim.runtime.kernels.fused_projections import fuse_qkv_and_gate_up
 
                 fuse_qkv_and_gate_up(model)
+            # RMSNorm and RoPE in one Triton kernel each (issue 7): opt-in with
+            # +extra.fuse_norm_rope=true until it is verified on the GPU in this engine
+            if device.type == "cuda" and config.extra.get("fuse_norm_rope", False):
+                from cbsim.runtime.kernels.fused_elementwise import fuse_norm_and_rope
+
+                fuse_norm_and_rope(model)
         else:
             register()
             model.config._attn_implementation = ATTN_NAME

@@ -75,6 +75,10 @@ def shared_model(config):
         model = build_model(config.model, torch.device(config.mode.device), seed=key[1])
         if config.mode.device.startswith("cuda"):
             fuse_qkv_and_gate_up(model)
+            if config.extra.get("fuse_norm_rope", False):
+                from cbsim.runtime.kernels.fused_elementwise import fuse_norm_and_rope
+
+                fuse_norm_and_rope(model)
         _MODELS[key] = model
     return _MODELS[key]
 
