@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from hydra import compose, initialize_config_module
 
 from cbsim.config.store import load_config, register_configs
@@ -106,6 +107,7 @@ def run_case(name: str, out: Path, extra: list[str], hardware: dict) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     result = {"case": name, "command": " ".join(sys.argv), "runs": {}}
+    outputs: dict = {}
     for engine in ("sync", "async"):
         overrides = ["mode=runtime", f"engine={engine}", *CASES[name], *extra]
         config = make_config(overrides)
@@ -128,9 +130,13 @@ def run_case(name: str, out: Path, extra: list[str], hardware: dict) -> dict:
             f"memory {trace.other_data['memory']}",
             flush=True,
         )
+        outputs[engine] = res.outputs
         del res, trace
         gc.collect()
         torch.cuda.empty_cache()
+    same = [np.array_equal(v, outputs["async"].get(k)) for k, v in outputs["sync"].items()]
+    result["async_tokens_equal_sync"] = f"{sum(same)} of {len(same)} requests"
+    print(f"[{name}] greedy tokens async == sync: {result['async_tokens_equal_sync']}", flush=True)
     s, a = (result["runs"][e]["metrics"] for e in ("sync", "async"))
     result["speedup"] = s["total_time_s"] / a["total_time_s"]
     print(
