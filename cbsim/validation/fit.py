@@ -20,6 +20,10 @@ import numpy as np
 # a column whose part not explained by the columns before it is below this share of its norm
 # carries no information of its own
 COLLINEAR_TOL = 1e-4
+# weight of the pull towards the start values in curve_fit, relative to each parameter's own
+# sensitivity: a bias of about RIDGE**2 on what the data determines
+RIDGE = 1e-4
+RIDGE_COLLINEAR = 0.03
 
 
 @dataclass
@@ -159,8 +163,12 @@ def curve_fit(
     Made for piecewise-linear models such as a sum of rooflines: within one assignment of
     rooflines to their bound (compute or memory) the model is linear, so each step solves the
     linearised problem exactly (bounded least squares) and the loop ends when no roofline
-    changes side. The Jacobian is by finite differences; a parameter whose column is (nearly)
-    collinear with earlier ones (see ``independent_columns``) keeps its start value.
+    changes side. The Jacobian is by finite differences. Every parameter is free; a ridge towards
+    the start values keeps those the data cannot tell apart where they were (faint, ``RIDGE``,
+    for terms independent of the earlier ones; firmer, ``RIDGE_COLLINEAR``, for a term collinear
+    with earlier ones), and the bounds may still determine a collinear one (a per-token term
+    beside a fixed cost held at 0). Reported as fitted: independent of the others in some
+    iteration, or moved by more than 1%.
     """
     y = np.asarray(y, float)
     w = weights(y)
@@ -176,18 +184,24 @@ def curve_fit(
             J[:, j] = (model(tj) - m0) / (tj[j] - t[j])
         return J
 
+    start = theta.copy()
     m = model(theta)
     best = (float(np.sum(((m - y) * w) ** 2)), theta.copy(), m)
-    free: list[int] = []
-    ever: set[int] = set()  # a parameter moved in any iteration counts as fitted
+    seen: set[int] = set()  # determined by the data in some iteration
     for _ in range(iters):
         J = jac(theta, m)
         Jw = J * w[:, None]
         norms = np.linalg.norm(Jw, axis=0)
-        free = [j for j in independent_columns(Jw / np.maximum(norms, 1e-300))]
-        ever.update(free)
-        target = y - m + J @ theta
-        new = _bounded_lstsq(Jw, target * w, theta, free, lo, hi)
+        active = [j for j in range(len(theta)) if norms[j] > 0]
+        indep = {active[k] for k in independent_columns(Jw[:, active] / norms[active])}
+        seen.update(indep)
+        # a pull towards the start value settles what the data leaves open: faint for the
+        # terms the data determines, firmer for one collinear with earlier terms (it keeps its
+        # value unless a bound on the others makes the data need it)
+        ridge = np.where(np.isin(np.arange(len(theta)), list(indep)), RIDGE, RIDGE_COLLINEAR)
+        A = np.vstack([Jw, np.diag(ridge * norms)])
+        b = np.concatenate([(y - m + J @ theta) * w, ridge * norms * start])
+        new = _bounded_lstsq(A, b, theta, active, lo, hi)
         m_new = model(new)
         cost = float(np.sum(((m_new - y) * w) ** 2))
         if cost < best[0]:
@@ -197,9 +211,10 @@ def curve_fit(
         if moved < 1e-10:
             break
     _, theta, m = best
+    moved = np.abs(theta - start) > 0.01 * np.maximum(np.abs(start), 1e-3)
     return Fit(
         {n: float(v) for n, v in zip(names, theta)},
-        {n: j in ever for j, n in enumerate(names)},
+        {n: bool(j in seen or moved[j]) for j, n in enumerate(names)},
         (m - y) * w,
     )
 
