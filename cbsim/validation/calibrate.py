@@ -83,6 +83,7 @@ class Calibration:
     hardware: HardwareConfig
     rows: list[Row] = field(default_factory=list)
     traces: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def table(self) -> str:
         lines = [f"{'spans':<22}{'n':>6}{'rms %':>8}{'max %':>8}  terms (fitted | kept=prior)"]
@@ -94,11 +95,12 @@ class Calibration:
             lines.append(
                 f"{r.what:<22}{r.samples:>6}{r.fit.rms_pct:>8.2f}{r.fit.max_pct:>8.2f}  {terms}"
             )
-        return "\n".join(lines)
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "traces": self.traces,
+            "notes": self.notes,
             "rows": [r.as_dict() for r in self.rows],
             "hardware": dataclasses.asdict(self.hardware),
         }
@@ -440,6 +442,7 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
     """Wake-up after a blocking wait, a non-blocking wait's cost, then the launch body."""
     host = cal.hardware.host
     wake, quick, graph_launch, eager_launch = [], [], [], []
+    blocked_launches = 0
     for rec in recs:
         sp = rec.spans
         d2h_end = sp[sp.name == S.COPY_D2H].groupby("step")["end"].max()
@@ -454,8 +457,12 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
         for step, dur in zip(launches.step, launches.dur):
             if fwd.at[step, "graph"]:
                 graph_launch.append(dur)
-            else:
+            elif dur < 0.2 * fwd.at[step, "dur"]:
+                # a launch a fifth of the forward or longer blocked inside (the eager path
+                # synchronised with the GPU): it times the GPU, not the host's launch cost
                 eager_launch.append((dur, cm.kernels + bool(fwd.at[step, "carry"])))
+            else:
+                blocked_launches += 1
     if quick:
         _set_median(cal, "wait (not blocked)", np.array(quick), host, "event_us")
     if wake:
@@ -466,8 +473,12 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
             cal, "launch (graph)", np.array(graph_launch), host, "graph_launch_us", offset=enqueue
         )
     if eager_launch:
-        # the lower envelope, not the median: an eager launch that blocks inside (a host sync in
-        # the eager path waits for the GPU) times the GPU's queue, not the host's own launch cost
         dur, kernels = np.array(eager_launch).T
-        per_kernel = (dur - enqueue) / kernels
-        _set_median(cal, "launch (eager, /kernel, p10)", per_kernel, host, "kernel_launch_us", q=10)
+        _set_median(
+            cal, "launch (eager, /kernel)", (dur - enqueue) / kernels, host, "kernel_launch_us"
+        )
+    if blocked_launches:
+        cal.notes.append(
+            f"{blocked_launches} eager launch(es) lasted a fifth of their forward or more (the host "
+            "blocked inside them): not used for kernel_launch_us"
+        )

@@ -87,8 +87,10 @@ class Recorded:
     @property
     def session(self) -> str:
         """The recording session (experiments/runtime/<session>/...): one software stack."""
-        parts = label(self.path).split("/")
-        return parts[0] if len(parts) > 2 else str(self.path.parent.parent)
+        try:
+            return self.path.resolve().relative_to(RECORDINGS.resolve()).parts[0]
+        except ValueError:
+            return str(self.path.resolve().parent.parent)
 
     @property
     def engine(self) -> str:
