@@ -21,7 +21,6 @@ profile's value and the table says "kept".
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,12 +29,13 @@ import pandas as pd
 from cbsim.config.schema import HardwareConfig
 from cbsim.costs import CostModel
 from cbsim.trace import schema as S
-from cbsim.validation.fit import Fit, curve_fit, linear_fit
-from cbsim.validation.traces import Recorded, forward_steps, gpu_lane, samples_by_step
+from cbsim.validation.fit import Fit, curve_fit
+from cbsim.validation.host_fit import fit_copies, fit_host_phases, fit_wait_launch
+from cbsim.validation.result import Calibration, Row, label_out, outliers, set_quantile
+from cbsim.validation.traces import Recorded, forward_steps, gpu_lane
 
-# what SimEngine.launch enqueues per step besides the forward: two copies (H2D, D2H) and five
-# event operations (record h2d_done, wait on it, record compute_done, wait on it, record d2h_done)
-LAUNCH_COPIES, LAUNCH_EVENT_OPS = 2, 5
+__all__ = ["Calibration", "Row", "calibrate"]
+
 # forward steps used per trace (evenly spaced; every non-decode step is kept up to this too)
 MAX_FORWARD_SAMPLES = 240
 EFFS = ("gemm_bandwidth_eff", "attention_bandwidth_eff", "gemm_flops_eff", "attention_flops_eff")
@@ -54,60 +54,6 @@ def gpu_terms(gpu) -> list[str]:
     floats = [f.name for f in dataclasses.fields(gpu) if isinstance(getattr(gpu, f.name), float)]
     middle = [k for k in floats if k not in (*EFFS, *GPU_FIRST, *GPU_LAST)]
     return [k for k in (*GPU_FIRST, *middle, *GPU_LAST) if k in floats]
-
-
-@dataclass
-class Row:
-    """One line of the residuals table: a group of terms fitted on the same spans."""
-
-    what: str
-    samples: int
-    fit: Fit
-    prior: dict[str, float]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "what": self.what,
-            "samples": self.samples,
-            "rms_pct": self.fit.rms_pct,
-            "max_pct": self.fit.max_pct,
-            "terms": {
-                k: {"value": v, "prior": self.prior.get(k), "fitted": self.fit.fitted[k]}
-                for k, v in self.fit.values.items()
-            },
-        }
-
-
-@dataclass
-class Calibration:
-    hardware: HardwareConfig
-    rows: list[Row] = field(default_factory=list)
-    traces: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def table(self) -> str:
-        lines = [f"{'spans':<22}{'n':>6}{'rms %':>8}{'max %':>8}  terms (fitted | kept=prior)"]
-        for r in self.rows:
-            terms = ", ".join(
-                f"{k}={_fmt(v)}" + ("" if r.fit.fitted[k] else " (kept)")
-                for k, v in r.fit.values.items()
-            )
-            lines.append(
-                f"{r.what:<22}{r.samples:>6}{r.fit.rms_pct:>8.2f}{r.fit.max_pct:>8.2f}  {terms}"
-            )
-        return "\n".join(lines + [f"note: {n}" for n in self.notes])
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "traces": self.traces,
-            "notes": self.notes,
-            "rows": [r.as_dict() for r in self.rows],
-            "hardware": dataclasses.asdict(self.hardware),
-        }
-
-
-def _fmt(v: float) -> str:
-    return f"{v:.4g}"
 
 
 def calibrate(recs: list[Recorded], base: HardwareConfig, name: str | None = None) -> Calibration:
@@ -247,7 +193,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
     hw.gpu = gpu_of(np.array([fit.values[k] for k in names]))
     ceilings = _raise_ceilings(hw)
     fit.values = {k: getattr(hw.gpu, k) for k in names}
-    cal.rows.append(Row(_label("forward", out), int((~out).sum()), fit, prior))
+    cal.rows.append(Row(label_out("forward", out), int((~out).sum()), fit, prior))
     if ceilings:
         cal.rows.append(
             Row(
@@ -267,7 +213,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
         ]
     )
     if len(carry):
-        _set_median(cal, "carry_over", carry.dur.to_numpy(), hw.gpu, "carry_over_us")
+        set_quantile(cal, "carry_over", carry.dur.to_numpy(), hw.gpu, "carry_over_us")
 
 
 def _unchecked(hw: HardwareConfig, **changes: Any) -> HardwareConfig:
@@ -291,194 +237,3 @@ def _raise_ceilings(hw: HardwareConfig) -> dict[str, float]:
             for k in effs:
                 object.__setattr__(hw.gpu, k, getattr(hw.gpu, k) / top)
     return out
-
-
-def _set_median(
-    cal: Calibration,
-    what: str,
-    y: np.ndarray,
-    obj: Any,
-    attr: str,
-    offset: float = 0.0,
-    per: float = 1.0,
-    q: float = 50.0,
-) -> None:
-    """obj.attr = (percentile q of y - offset) / per: a term that is one constant per span."""
-    prior = getattr(obj, attr)
-    value = max((float(np.percentile(y, q)) - offset) / per, 0.0)
-    setattr(obj, attr, value)
-    # relative to the typical span: a wake-up of ~0 us would make a relative error meaningless
-    res = (value * per + offset - y) / max(float(np.median(np.abs(y))), 1e-9)
-    cal.rows.append(Row(what, len(y), Fit({attr: value}, {attr: True}, res), {attr: prior}))
-
-
-# ---- copies ----------------------------------------------------------------------------------
-def fit_copies(recs: list[Recorded], cal: Calibration) -> None:
-    hw = cal.hardware
-    rows = []
-    for rec in recs:
-        sp = rec.spans
-        for name in (S.COPY_H2D, S.COPY_D2H):
-            c = sp[(sp.name == name) & sp["bytes"].notna()]
-            rows += [(name, float(b), float(d)) for b, d in zip(c["bytes"], c.dur)]
-    if not rows:
-        return
-    kind = np.array([r[0] for r in rows])
-    nbytes = np.array([r[1] for r in rows])
-    X = np.column_stack(
-        [np.ones(len(rows)), nbytes * (kind == S.COPY_H2D), nbytes * (kind == S.COPY_D2H)]
-    )
-    names = ["copy_latency_us", "us_per_byte_h2d", "us_per_byte_d2h"]
-    prior = [hw.copy_latency_us, 1e6 / hw.h2d_bandwidth, 1e6 / hw.d2h_bandwidth]
-    # a bandwidth term under 1% of the copy time at the prior bandwidth cannot be measured
-    y = np.array([r[2] for r in rows])
-    fit = linear_fit(X, y, names, prior, min_share=0.01)
-    out = outliers(fit.residuals)
-    if out.any():
-        fit = linear_fit(X[~out], y[~out], names, prior, min_share=0.01)
-    hw.copy_latency_us = fit.values["copy_latency_us"]
-    if fit.values["us_per_byte_h2d"] > 0:
-        hw.h2d_bandwidth = 1e6 / fit.values["us_per_byte_h2d"]
-    if fit.values["us_per_byte_d2h"] > 0:
-        hw.d2h_bandwidth = 1e6 / fit.values["us_per_byte_d2h"]
-    cal.rows.append(Row(_label("copies", out), int((~out).sum()), fit, dict(zip(names, prior))))
-
-
-def outliers(rel: np.ndarray) -> np.ndarray:
-    """Samples whose relative residual is more than 10 robust deviations (and 5%) from the
-    median; none when that would be over a fifth of the data (then the model is what is off)."""
-    dev = np.abs(rel - np.median(rel))
-    mad = 1.4826 * float(np.median(dev))
-    out = dev > max(10.0 * mad, 0.05)
-    return out if out.sum() <= 0.2 * len(rel) else np.zeros(len(rel), dtype=bool)
-
-
-def _label(what: str, out: np.ndarray) -> str:
-    return f"{what} ({int(out.sum())} outliers out)" if out.any() else what
-
-
-# ---- host ------------------------------------------------------------------------------------
-def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
-    """Each phase by least squares on its spans, robustly: spans far above the fit (a garbage
-    collection, an allocator trim) are left out and become the periodic host stall, which the
-    simulator charges to every ``stall_every_steps``-th update."""
-    host = cal.hardware.host
-    excess: list[float] = []
-    where: list[tuple[float, float]] = []  # (trace index, update index) of each stall
-    updates = 0
-    for phase in (S.SCHEDULE, S.PREPARE, S.UPDATE):
-        parts = []
-        for i, rec in enumerate(recs):
-            sp = rec.spans
-            p = sp[(sp.lane == S.HOST) & (sp.name == phase)]
-            if phase == S.UPDATE:
-                tokens = p.step.map(samples_by_step(rec)).fillna(0).to_numpy()
-            else:
-                tokens = p.query_tokens.to_numpy()
-            # the update index each span falls at (the stall period is counted in updates)
-            at = np.searchsorted(
-                np.sort(sp[(sp.lane == S.HOST) & (sp.name == S.UPDATE)].ts), p.ts.to_numpy()
-            )
-            parts.append(
-                np.column_stack(
-                    [p.requests.to_numpy(), tokens, p.dur.to_numpy(), np.full(len(p), i), at]
-                )
-            )
-        data = np.concatenate(parts) if parts else np.empty((0, 5))
-        data = data[data[:, 2] > 0]
-        if not len(data):
-            continue
-        updates += len(data) if phase == S.UPDATE else 0
-        cost = getattr(host, phase)
-        names = ["fixed_us", "per_request_us", "per_token_us"]
-        prior = [getattr(cost, k) for k in names]
-        X = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
-        y = data[:, 2]
-        fit = linear_fit(X, y, names, prior)
-        over = _stalls(y - X @ np.array([fit.values[k] for k in names]), y)
-        if over.any():
-            fit = linear_fit(X[~over], y[~over], names, prior)
-            excess += list((y - X @ np.array([fit.values[k] for k in names]))[over])
-            where += [tuple(r) for r in data[over][:, 3:5]]
-        setattr(host, phase, dataclasses.replace(cost, **fit.values))
-        cal.rows.append(
-            Row(
-                phase + (f" ({over.sum()} stalls out)" if over.any() else ""),
-                int((~over).sum()),
-                fit,
-                dict(zip(names, prior)),
-            )
-        )
-    if len(excess) >= 2 and updates:
-        prior = {"stall_us": host.stall_us, "stall_every_steps": host.stall_every_steps}
-        host.stall_us = float(np.median(excess))
-        host.stall_every_steps = _stall_period(where, updates)
-        res = np.asarray(excess) / host.stall_us - 1.0
-        values = {"stall_us": host.stall_us, "stall_every_steps": float(host.stall_every_steps)}
-        cal.rows.append(
-            Row("host stalls", len(excess), Fit(values, dict.fromkeys(values, True), res), prior)
-        )
-
-
-def _stall_period(where: list[tuple[float, float]], updates: int) -> int:
-    """Stalls at a regular spacing (a counter, as the simulator's): the median spacing, in
-    updates, within one trace; irregular ones (a garbage collector): their mean rate."""
-    gaps = []
-    for trace in {w[0] for w in where}:
-        at = sorted(w[1] for w in where if w[0] == trace)
-        gaps += [g for g in np.diff(at) if g > 0]
-    regular = len(gaps) >= 2 and np.std(gaps) <= 0.25 * np.mean(gaps)
-    period = float(np.median(gaps)) if regular else updates / len(where)
-    return max(int(round(period)), 1)
-
-
-def _stalls(excess: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spans far above the fit: more than 10 robust deviations and half the typical span."""
-    mad = 1.4826 * float(np.median(np.abs(excess - np.median(excess))))
-    return excess > max(10.0 * mad, 0.5 * float(np.median(y)), 1.0)
-
-
-def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
-    """Wake-up after a blocking wait, a non-blocking wait's cost, then the launch body."""
-    host = cal.hardware.host
-    wake, quick, graph_launch, eager_launch = [], [], [], []
-    blocked_launches = 0
-    for rec in recs:
-        sp = rec.spans
-        d2h_end = sp[sp.name == S.COPY_D2H].groupby("step")["end"].max()
-        waits = sp[(sp.lane == S.HOST) & (sp.name == S.WAIT)]
-        done = waits.step.map(d2h_end).to_numpy()
-        blocked = done > waits.ts.to_numpy() + 1e-6
-        wake += list((waits.end.to_numpy() - done)[blocked])
-        quick += list(waits.dur.to_numpy()[~blocked & ~np.isnan(done)])
-        fwd = forward_steps(rec).drop_duplicates("step").set_index("step")
-        launches = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH) & sp.step.isin(fwd.index)]
-        cm = CostModel(rec.config)
-        for step, dur in zip(launches.step, launches.dur):
-            if fwd.at[step, "graph"]:
-                graph_launch.append(dur)
-            elif dur < 0.2 * fwd.at[step, "dur"]:
-                # a launch a fifth of the forward or longer blocked inside (the eager path
-                # synchronised with the GPU): it times the GPU, not the host's launch cost
-                eager_launch.append((dur, cm.kernels + bool(fwd.at[step, "carry"])))
-            else:
-                blocked_launches += 1
-    if quick:
-        _set_median(cal, "wait (not blocked)", np.array(quick), host, "event_us")
-    if wake:
-        _set_median(cal, "wait (blocked): wake", np.array(wake), host, "sync_wake_us")
-    enqueue = LAUNCH_COPIES * host.copy_launch_us + LAUNCH_EVENT_OPS * host.event_us
-    if graph_launch:
-        _set_median(
-            cal, "launch (graph)", np.array(graph_launch), host, "graph_launch_us", offset=enqueue
-        )
-    if eager_launch:
-        dur, kernels = np.array(eager_launch).T
-        _set_median(
-            cal, "launch (eager, /kernel)", (dur - enqueue) / kernels, host, "kernel_launch_us"
-        )
-    if blocked_launches:
-        cal.notes.append(
-            f"{blocked_launches} eager launch(es) lasted a fifth of their forward or more (the host "
-            "blocked inside them): not used for kernel_launch_us"
-        )

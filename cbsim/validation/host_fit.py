@@ -1,0 +1,177 @@
+"""Calibration of the copies and of the host: phases, stalls, the wait's wake-up, launches.
+Each is a linear model of the span's args (cbsim/costs.py charges them so); see calibrate.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from cbsim.costs import CostModel
+from cbsim.trace import schema as S
+from cbsim.validation.fit import Fit, linear_fit
+from cbsim.validation.result import Calibration, Row, label_out, outliers, set_quantile
+from cbsim.validation.traces import Recorded, forward_steps, samples_by_step
+
+# what SimEngine.launch enqueues per step besides the forward: two copies (H2D, D2H) and five
+# event operations (record h2d_done, wait on it, record compute_done, wait on it, record d2h_done)
+LAUNCH_COPIES, LAUNCH_EVENT_OPS = 2, 5
+
+
+# ---- copies ----------------------------------------------------------------------------------
+def fit_copies(recs: list[Recorded], cal: Calibration) -> None:
+    hw = cal.hardware
+    rows = []
+    for rec in recs:
+        sp = rec.spans
+        for name in (S.COPY_H2D, S.COPY_D2H):
+            c = sp[(sp.name == name) & sp["bytes"].notna()]
+            rows += [(name, float(b), float(d)) for b, d in zip(c["bytes"], c.dur)]
+    if not rows:
+        return
+    kind = np.array([r[0] for r in rows])
+    nbytes = np.array([r[1] for r in rows])
+    X = np.column_stack(
+        [np.ones(len(rows)), nbytes * (kind == S.COPY_H2D), nbytes * (kind == S.COPY_D2H)]
+    )
+    names = ["copy_latency_us", "us_per_byte_h2d", "us_per_byte_d2h"]
+    prior = [hw.copy_latency_us, 1e6 / hw.h2d_bandwidth, 1e6 / hw.d2h_bandwidth]
+    # a bandwidth term under 1% of the copy time at the prior bandwidth cannot be measured
+    y = np.array([r[2] for r in rows])
+    fit = linear_fit(X, y, names, prior, min_share=0.01)
+    out = outliers(fit.residuals)
+    if out.any():
+        fit = linear_fit(X[~out], y[~out], names, prior, min_share=0.01)
+    hw.copy_latency_us = fit.values["copy_latency_us"]
+    if fit.values["us_per_byte_h2d"] > 0:
+        hw.h2d_bandwidth = 1e6 / fit.values["us_per_byte_h2d"]
+    if fit.values["us_per_byte_d2h"] > 0:
+        hw.d2h_bandwidth = 1e6 / fit.values["us_per_byte_d2h"]
+    cal.rows.append(Row(label_out("copies", out), int((~out).sum()), fit, dict(zip(names, prior))))
+
+
+# ---- host ------------------------------------------------------------------------------------
+def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
+    """Each phase by least squares on its spans, robustly: spans far above the fit (a garbage
+    collection, an allocator trim) are left out and become the periodic host stall, which the
+    simulator charges to every ``stall_every_steps``-th update."""
+    host = cal.hardware.host
+    excess: list[float] = []
+    where: list[tuple[float, float]] = []  # (trace index, update index) of each stall
+    updates = 0
+    for phase in (S.SCHEDULE, S.PREPARE, S.UPDATE):
+        parts = []
+        for i, rec in enumerate(recs):
+            sp = rec.spans
+            p = sp[(sp.lane == S.HOST) & (sp.name == phase)]
+            if phase == S.UPDATE:
+                tokens = p.step.map(samples_by_step(rec)).fillna(0).to_numpy()
+            else:
+                tokens = p.query_tokens.to_numpy()
+            # the update index each span falls at (the stall period is counted in updates)
+            at = np.searchsorted(
+                np.sort(sp[(sp.lane == S.HOST) & (sp.name == S.UPDATE)].ts), p.ts.to_numpy()
+            )
+            parts.append(
+                np.column_stack(
+                    [p.requests.to_numpy(), tokens, p.dur.to_numpy(), np.full(len(p), i), at]
+                )
+            )
+        data = np.concatenate(parts) if parts else np.empty((0, 5))
+        data = data[data[:, 2] > 0]
+        if not len(data):
+            continue
+        updates += len(data) if phase == S.UPDATE else 0
+        cost = getattr(host, phase)
+        names = ["fixed_us", "per_request_us", "per_token_us"]
+        prior = [getattr(cost, k) for k in names]
+        X = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
+        y = data[:, 2]
+        fit = linear_fit(X, y, names, prior)
+        over = _stalls(y - X @ np.array([fit.values[k] for k in names]), y)
+        if over.any():
+            fit = linear_fit(X[~over], y[~over], names, prior)
+            excess += list((y - X @ np.array([fit.values[k] for k in names]))[over])
+            where += [tuple(r) for r in data[over][:, 3:5]]
+        setattr(host, phase, dataclasses.replace(cost, **fit.values))
+        cal.rows.append(
+            Row(
+                phase + (f" ({over.sum()} stalls out)" if over.any() else ""),
+                int((~over).sum()),
+                fit,
+                dict(zip(names, prior)),
+            )
+        )
+    if len(excess) >= 2 and updates:
+        prior = {"stall_us": host.stall_us, "stall_every_steps": host.stall_every_steps}
+        host.stall_us = float(np.median(excess))
+        host.stall_every_steps = _stall_period(where, updates)
+        res = np.asarray(excess) / host.stall_us - 1.0
+        values = {"stall_us": host.stall_us, "stall_every_steps": float(host.stall_every_steps)}
+        cal.rows.append(
+            Row("host stalls", len(excess), Fit(values, dict.fromkeys(values, True), res), prior)
+        )
+
+
+def _stall_period(where: list[tuple[float, float]], updates: int) -> int:
+    """Stalls at a regular spacing (a counter, as the simulator's): the median spacing, in
+    updates, within one trace; irregular ones (a garbage collector): their mean rate."""
+    gaps = []
+    for trace in {w[0] for w in where}:
+        at = sorted(w[1] for w in where if w[0] == trace)
+        gaps += [g for g in np.diff(at) if g > 0]
+    regular = len(gaps) >= 2 and np.std(gaps) <= 0.25 * np.mean(gaps)
+    period = float(np.median(gaps)) if regular else updates / len(where)
+    return max(int(round(period)), 1)
+
+
+def _stalls(excess: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spans far above the fit: more than 10 robust deviations and half the typical span."""
+    mad = 1.4826 * float(np.median(np.abs(excess - np.median(excess))))
+    return excess > max(10.0 * mad, 0.5 * float(np.median(y)), 1.0)
+
+
+def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
+    """Wake-up after a blocking wait, a non-blocking wait's cost, then the launch body."""
+    host = cal.hardware.host
+    wake, quick, graph_launch, eager_launch = [], [], [], []
+    blocked_launches = 0
+    for rec in recs:
+        sp = rec.spans
+        d2h_end = sp[sp.name == S.COPY_D2H].groupby("step")["end"].max()
+        waits = sp[(sp.lane == S.HOST) & (sp.name == S.WAIT)]
+        done = waits.step.map(d2h_end).to_numpy()
+        blocked = done > waits.ts.to_numpy() + 1e-6
+        wake += list((waits.end.to_numpy() - done)[blocked])
+        quick += list(waits.dur.to_numpy()[~blocked & ~np.isnan(done)])
+        fwd = forward_steps(rec).drop_duplicates("step").set_index("step")
+        launches = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH) & sp.step.isin(fwd.index)]
+        cm = CostModel(rec.config)
+        for step, dur in zip(launches.step, launches.dur):
+            if fwd.at[step, "graph"]:
+                graph_launch.append(dur)
+            elif dur < 0.2 * fwd.at[step, "dur"]:
+                # a launch a fifth of the forward or longer blocked inside (the eager path
+                # synchronised with the GPU): it times the GPU, not the host's launch cost
+                eager_launch.append((dur, cm.kernels + bool(fwd.at[step, "carry"])))
+            else:
+                blocked_launches += 1
+    if quick:
+        set_quantile(cal, "wait (not blocked)", np.array(quick), host, "event_us")
+    if wake:
+        set_quantile(cal, "wait (blocked): wake", np.array(wake), host, "sync_wake_us")
+    enqueue = LAUNCH_COPIES * host.copy_launch_us + LAUNCH_EVENT_OPS * host.event_us
+    if graph_launch:
+        set_quantile(
+            cal, "launch (graph)", np.array(graph_launch), host, "graph_launch_us", offset=enqueue
+        )
+    if eager_launch:
+        dur, kernels = np.array(eager_launch).T
+        set_quantile(
+            cal, "launch (eager, /kernel)", (dur - enqueue) / kernels, host, "kernel_launch_us"
+        )
+    if blocked_launches:
+        cal.notes.append(
+            f"{blocked_launches} eager launch(es) lasted a fifth of their forward or more (the host "
+            "blocked inside them): not used for kernel_launch_us"
+        )
