@@ -169,12 +169,12 @@ TABLE = (
 
 
 def error_table(results: list[RunResult]) -> str:
-    lines = [f"{'run':<30}{'engine':>7}{'held':>6}" + "".join(f"{h:>10}" for h, _ in TABLE)]
+    lines = [f"{'run':<42}{'engine':>7}{'held':>6}" + "".join(f"{h:>10}" for h, _ in TABLE)]
     for r in results:
         e = r.errors
         cells = [f"{e[k]:+.2f}" if e[k] is not None else "-" for _, k in TABLE]
         lines.append(
-            f"{r.rec.name[:29]:<30}{r.rec.engine:>7}{'yes' if r.held_out else 'no':>6}"
+            f"{r.rec.name[:41]:<42}{r.rec.engine:>7}{'yes' if r.held_out else 'no':>6}"
             + "".join(f"{c:>10}" for c in cells)
         )
     return "\n".join(lines)
