@@ -75,6 +75,15 @@ def runtime_traces(recs: list[Recorded]) -> list[Recorded]:
 def run_calibrate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> dict[str, Any]:
     extra = config.extra
     name = str(extra.get("profile") or f"{config.hardware.name}_calibrated")
+    sessions = sorted({r.session for r in recs})
+    if len(sessions) > 1:
+        log.warning(
+            "the traces come from %d recording sessions (%s): one profile over runtime "
+            "versions that cost differently; fit one session with "
+            "trace=[experiments/runtime/<session>/**/trace_*.json.gz]",
+            len(sessions),
+            ", ".join(sessions),
+        )
     cal = calibrate(recs, config.hardware, name)
     paths = write_profile(cal, config.hardware.name, run_dir, bool(extra.get("install", False)))
     (run_dir / "calibration.json").write_text(json.dumps(cal.as_dict(), indent=2, default=float))
