@@ -150,6 +150,6 @@ def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> di
         print(
             f"targets on held-out runs: total {s['targets']['total_time_pct']}%, idle "
             f"{s['targets']['gpu_idle_pp']} pp, step p50 {s['targets']['step_p50_pct']}% -> "
-            f"{'all within' if s['all_within_target'] else 'NOT all within'}"
+            f"{s['held_out_within_target']} of {s['held_out_runs']} held-out runs within"
         )
     return out

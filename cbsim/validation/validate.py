@@ -153,7 +153,18 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
             agg[f"{key}_mean_abs"] = sum(vals) / len(vals) if vals else None
         out[engine] = agg
     out["held_out_runs"] = len(held)
+    out["held_out_within_target"] = sum(all(r.passed.values()) for r in held)
     out["all_within_target"] = bool(held) and all(all(r.passed.values()) for r in held)
+    # per recording session (one runtime version): how many held-out runs meet every target
+    out["sessions"] = {
+        session: {
+            "runs": len(runs),
+            "within_target": sum(all(r.passed.values()) for r in runs),
+            "total_time_pct_max_abs": max(abs(r.errors["total_time_pct"] or 0.0) for r in runs),
+        }
+        for session in sorted({r.rec.session for r in held})
+        for runs in [[r for r in held if r.rec.session == session]]
+    }
     return out
 
 
