@@ -248,3 +248,28 @@ def test_fit_on_and_profile_holdouts(recordings, tmp_path):
     out = run_validation_task(cfg, {}, tmp_path)
     assert [r["held_out"] for r in out["runs"]] == [False] * 2 + [True] * 4
     assert json.loads((tmp_path / "validation.json").read_text())["holdout"] == "profile"
+
+
+def test_clock_drift_is_spread_over_the_run():
+    from cbsim.trace import TraceBuilder
+    from cbsim.trace import schema as S
+    from cbsim.validation.traces import correct_drift
+
+    b = TraceBuilder("runtime", {"clock_drift_us": 100.0})
+    b.span(S.HOST, S.WAIT, 0.0, 1000.0, step=0)
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 500.0, step=0)
+    b.span(S.D2H, S.COPY_D2H, 500.0, 500.0, step=0)
+    fixed = correct_drift(b.build())
+    sp = fixed.spans.set_index("name")
+    assert sp.loc[S.WAIT, "ts"] == 0.0 and sp.loc[S.WAIT, "dur"] == 1000.0  # host: as recorded
+    assert sp.loc[S.FORWARD, "end"] == pytest.approx(550.0)  # half-way: half the drift
+    assert sp.loc[S.COPY_D2H, "end"] == pytest.approx(1100.0)
+    assert fixed.other_data["clock_drift_corrected"]
+
+
+def test_replayed_batches_match_every_step(recordings):
+    for rec in load(recordings[-2:]):  # async, the last one composed from its overrides
+        steps = set(rec.spans[rec.spans.name.isin(["forward", "graph_replay"])].step)
+        assert set(rec.batches) == steps
+        q, ctx = rec.batches[0]
+        assert (q == 256).all() and (ctx == 256).all()
