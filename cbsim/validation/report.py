@@ -173,6 +173,12 @@ def build_page(results: list[RunResult], out: dict[str, Any]) -> Page:
             run_frames(f"simulated · {r.rec.engine}", window(r.sim_trace, first, last)),
         ]
         page.heading(f"{r.rec.name}: steps {first}-{last}", level=3)
+        if r.fit_table:
+            fitted_on = ", ".join(r.fit_on) or "-"
+            page.add(
+                f'<details><summary class="note">the profile it was simulated with, fitted '
+                f"on {esc(fitted_on)}</summary><pre>{esc(r.fit_table)}</pre></details>"
+            )
         page.figure(overview_figure(frames), f"timeline{i}")
     return page
 

@@ -125,6 +125,8 @@ def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> di
         results = [
             validate_run(r, cal.hardware, r.path.resolve() not in fitted, names) for r in recs
         ]
+        for r in results:
+            r.fit_table = cal.table()
     else:
         source = config.hardware.source
         results = [validate_run(r, config.hardware, label(r.path) not in source, []) for r in recs]

@@ -53,6 +53,7 @@ class RunResult:
     sim: dict[str, Any]
     held_out: bool
     fit_on: list[str] = field(default_factory=list)
+    fit_table: str = ""  # the residuals table of the profile it was simulated with
 
     @property
     def errors(self) -> dict[str, float | None]:
@@ -136,7 +137,9 @@ def leave_one_out(
         cal = calibrate(others, base, name)
         cals[rec.name] = cal
         log.info("held out %s: fitted on %d other run(s)", rec.name, len(others))
-        results.append(validate_run(rec, cal.hardware, True, [r.name for r in others]))
+        result = validate_run(rec, cal.hardware, True, [r.name for r in others])
+        result.fit_table = cal.table()
+        results.append(result)
     return results, cals
 
 
