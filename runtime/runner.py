@@ -61,13 +61,12 @@ class ModelRunner:
         if model is None:
             model = build_model(config.model, device, seed=w.seed)
             # one GEMM for q/k/v and one for gate/up (runtime/kernels, issue 7); CUDA only
-            if device.type == "cuda" and config.extra.get("fuse_projections", True):
+            if device.type == "cuda" and config.mode.fuse_projections:
                 from cbsim.runtime.kernels.fused_projections import fuse_qkv_and_gate_up
 
                 fuse_qkv_and_gate_up(model)
-            # RMSNorm and RoPE in one Triton kernel each (issue 7): opt-in with
-            # +extra.fuse_norm_rope=true until it is verified on the GPU in this engine
-            if device.type == "cuda" and config.extra.get("fuse_norm_rope", False):
+            # RMSNorm and RoPE in one Triton kernel each (issue 7); mode.fuse_norm_rope=false: off
+            if device.type == "cuda" and config.mode.fuse_norm_rope:
                 from cbsim.runtime.kernels.fused_elementwise import fuse_norm_and_rope
 
                 fuse_norm_and_rope(model)

@@ -35,6 +35,12 @@ class ModeConfig:
     attention: str = "auto"
     # runtime only: forward steps run and thrown away before timing starts (graph capture, autotune)
     warmup_steps: int = 2
+    # runtime on CUDA only: one GEMM for q/k/v and one for gate/up (runtime/kernels; issue 7:
+    # 0.44 ms/step less at the 8B seed shape on the H200, experiments/perf-notes.md)
+    fuse_projections: bool = True
+    # runtime on CUDA only: RMSNorm and RoPE as one Triton kernel each (2.1 ms/step less at the 8B
+    # seed shape; seed 32 x (256 + 8192) async 101.5 s -> 82.3 s, experiments/runtime/README.md)
+    fuse_norm_rope: bool = True
 
     def __post_init__(self) -> None:
         check_choice("mode.name", self.name, MODES)

@@ -75,8 +75,9 @@ def shared_model(config):
         _MODELS.clear()
         model = build_model(config.model, torch.device(config.mode.device), seed=key[1])
         if config.mode.device.startswith("cuda"):
-            fuse_qkv_and_gate_up(model)
-            if config.extra.get("fuse_norm_rope", False):
+            if config.mode.fuse_projections:
+                fuse_qkv_and_gate_up(model)
+            if config.mode.fuse_norm_rope:
                 from cbsim.runtime.kernels.fused_elementwise import fuse_norm_and_rope
 
                 fuse_norm_and_rope(model)
