@@ -1,0 +1,28 @@
+"""``Bench``: the run's state (common.py) with every section as a method, so the entry script's
+``--sections`` names call ``getattr(bench, name)()``."""
+
+from __future__ import annotations
+
+from benchmarks.decode.check import CheckSection
+from benchmarks.decode.common import BenchBase
+from benchmarks.decode.e2e import E2ESection
+from benchmarks.decode.env import EnvSection
+from benchmarks.decode.gemm import GemmSection
+from benchmarks.decode.hf_static import HFStatic
+from benchmarks.decode.kernel import KernelSection
+from benchmarks.decode.model import ModelSection
+from benchmarks.decode.model_checks import ModelChecks
+
+
+class Bench(
+    EnvSection,
+    CheckSection,
+    KernelSection,
+    GemmSection,
+    ModelSection,
+    ModelChecks,
+    HFStatic,
+    E2ESection,
+    BenchBase,
+):
+    """One benchmark run: sections env, check, kernel, gemm, model, e2e (and table)."""
