@@ -12,17 +12,30 @@ bytes / achieved bandwidth), achieved = peak x that kind's efficiency):
 - attention: bytes the KV each request reads (its context padded up to ``attention_kv_pad``
   tokens) plus the new K/V written; FLOPs 4 x heads x head_dim x layers x sum(q x mean context);
 - plus ``forward_fixed_us`` and one GPU gap per kernel (``eager_kernel_gap_us`` eagerly,
-  ``graph_node_gap_us`` inside a replayed graph); the in-graph carry-over adds ``carry_over_us``.
+  ``graph_node_gap_us`` inside a replayed graph); the in-graph carry-over adds ``carry_over_us``;
+- the linear layers' memory side adds ``gemm_row_us`` per computed row (skinny GEMMs slow down
+  with M; padded graph rows count); prefill, FLOP-bound, does not see it;
+- decode attention adds ``attention_walk_us_per_token`` per KV token of the longest walk one
+  split-K program makes: min(longest decode context, partition), the partition chosen as the
+  runtime's kernel chooses it (``pick_partition``: about ``attention_target_programs`` programs
+  over the block table, which is as wide as the longest request, partitions of at least
+  ``attention_min_partition`` tokens, a power of two);
+- a forward that follows an idle compute stream takes ``idle_slowdown x idle`` longer
+  (``idle_slowdown_us``; the simulator charges it on enqueue).
 
 Copies: ``copy_latency_us + bytes / bandwidth``. Host phases: ``fixed + per request x requests +
-per token x query tokens`` (``PhaseCost``); launch: one ``kernel_launch_us`` per kernel eagerly or
-one ``graph_launch_us``, plus one ``copy_launch_us`` per copy and one ``event_us`` per event op.
+per token x query tokens + per block x KV blocks`` (``PhaseCost``); launch: one
+``kernel_launch_us`` per kernel eagerly or one ``graph_launch_us``, plus ``launch_per_block_us``
+per KV block, one ``copy_launch_us`` per copy and one ``event_us`` per event op. KV blocks of a
+batch: ``kv_tokens // block_size + requests`` (``kv_blocks``; a trace's span args give it too).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from cbsim.config.schema import CbsimConfig
 
@@ -62,7 +75,9 @@ def roofline_us(flops: float, nbytes: float, flops_per_us: float, bytes_per_us: 
 class CostModel:
     """Durations for one configuration; precomputes the per-model constants once."""
 
-    def __init__(self, config: CbsimConfig) -> None:
+    def __init__(self, config: CbsimConfig, max_context: int | None = None) -> None:
+        """``max_context``: the longest request (prompt + new tokens), which sets the block
+        table's width; None: from the workload."""
         m, hw, w = config.model, config.hardware, config.workload
         self.hw, self.gpu, self.host = hw, hw.gpu, hw.host
         self.block_size = w.kv_block_size
@@ -96,6 +111,46 @@ class CostModel:
         self.d2h_bw = hw.d2h_bandwidth * 1e-6
         self.graph_sizes = sorted(config.engine.graph_batch_sizes)
         self.model, self.workload = m, w
+        self.gemm_row_us = g.gemm_row_us
+        self.walk_us = g.attention_walk_us_per_token
+        self.idle_slowdown = g.idle_slowdown
+        self.kv_heads = m.num_kv_heads
+        self._max_context = max_context
+        self._partitions: dict[int, int] = {}
+
+    @property
+    def max_context(self) -> int:
+        if self._max_context is None:
+            w = self.workload
+            if w.prompt_dist == "fixed" and w.gen_dist == "fixed":
+                self._max_context = w.prompt_len + w.gen_len
+            else:
+                from cbsim.workload import make_requests
+
+                reqs = make_requests(w, self.model.vocab_size)
+                self._max_context = max(r.prompt_len + r.max_new_tokens for r in reqs)
+        return self._max_context
+
+    def partition(self, rows: int) -> int:
+        """Tokens per split-K partition of the decode-attention kernel for ``rows`` requests
+        (runtime/kernels/paged_attention.py: pick_partition over the block table's width)."""
+        got = self._partitions.get(rows)
+        if got is None:
+            g, block = self.gpu, self.block_size
+            width = max(1, -(-self.max_context // block)) * block
+            tile = 128 if width <= 2048 else 64  # pick_tile
+            splits = max(1, -(-g.attention_target_programs // max(1, rows * self.kv_heads)))
+            part = 1 << max(0, -(-width // splits) - 1).bit_length()
+            got = self._partitions[rows] = max(part, g.attention_min_partition, tile)
+        return got
+
+    def idle_slowdown_us(self, idle_us: float) -> float:
+        """Extra time of a forward whose compute stream sat idle ``idle_us`` before it."""
+        return self.idle_slowdown * idle_us if idle_us > 0 else 0.0
+
+    def kv_blocks(self, kv_tokens: int, requests: int) -> int:
+        """Block-table entries of a batch: sum of ceil(context / block) is at most this."""
+        return kv_tokens // self.block_size + requests
 
     # ---- GPU -------------------------------------------------------------------------------
     def graph_size(self, requests: int) -> int | None:
@@ -117,11 +172,10 @@ class CostModel:
             extra = padded_requests - len(batch)
             q_tokens += extra
             sampled += extra
-        linear = roofline_us(
-            self.linear_flops_per_token * q_tokens,
-            self.linear_weight_bytes + self.act_bytes_per_token * q_tokens,
-            self.gemm_flops,
-            self.gemm_bw,
+        linear = max(
+            self.linear_flops_per_token * q_tokens / self.gemm_flops,
+            (self.linear_weight_bytes + self.act_bytes_per_token * q_tokens) / self.gemm_bw
+            + self.gemm_row_us * q_tokens,
         )
         lm_head = 0.0
         if sampled:
@@ -146,6 +200,16 @@ class CostModel:
             self.attn_flops,
             self.attn_bw,
         )
+        if self.walk_us:
+            if decode:
+                rows = padded_requests if padded_requests is not None else len(batch)
+                longest = int(ctx.max())
+            else:  # the decode rows of a mixed step go through the same kernel
+                dec = batch.query_lens == 1
+                rows = int(np.count_nonzero(dec))
+                longest = int(ctx[dec].max()) if rows else 0
+            if rows:
+                attention += self.walk_us * min(longest, self.partition(rows))
         gap = self.gpu.graph_node_gap_us if graph else self.gpu.eager_kernel_gap_us
         kernels = self.kernels + (1 if carry_over else 0)
         return ForwardCost(
@@ -178,25 +242,33 @@ class CostModel:
         return self.hw.copy_latency_us + nbytes / self.d2h_bw
 
     # ---- host ------------------------------------------------------------------------------
-    def schedule_us(self, requests: int, tokens: int) -> float:
-        return self.host.schedule.cost(requests, tokens)
+    def schedule_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
+        return self.host.schedule.cost(requests, tokens, blocks)
 
-    def prepare_us(self, requests: int, tokens: int) -> float:
-        return self.host.prepare.cost(requests, tokens)
+    def prepare_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
+        return self.host.prepare.cost(requests, tokens, blocks)
 
-    def update_us(self, requests: int, tokens: int) -> float:
-        return self.host.update.cost(requests, tokens)
+    def update_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
+        return self.host.update.cost(requests, tokens, blocks)
 
     def stall_us(self, update_index: int) -> float:
         """The periodic host stall charged to the ``update_index``-th update (0-based)."""
         every = self.host.stall_every_steps
         return self.host.stall_us if every and (update_index + 1) % every == 0 else 0.0
 
-    def launch_us(self, kernels: int, graph: bool, copies: int, event_ops: int) -> float:
-        """Host time to enqueue one step: the kernels or one graph, the copies, the events."""
+    def launch_us(
+        self, kernels: int, graph: bool, copies: int, event_ops: int, blocks: int = 0
+    ) -> float:
+        """Host time to enqueue one step: the kernels or one graph, the copies, the events,
+        and the per-block staging of the block tables."""
         h = self.host
         body = h.graph_launch_us if graph else h.kernel_launch_us * kernels
-        return body + h.copy_launch_us * copies + h.event_us * event_ops
+        return (
+            body
+            + h.launch_per_block_us * blocks
+            + h.copy_launch_us * copies
+            + h.event_us * event_ops
+        )
 
     # ---- memory ----------------------------------------------------------------------------
     def io_slot_bytes(self, max_requests: int, max_tokens: int, max_context: int) -> int:

@@ -46,6 +46,12 @@ TRUTH = {
     "hardware.host.kernel_launch_us": 6.0,
     "hardware.host.stall_us": 1500.0,
     "hardware.host.stall_every_steps": 10,
+    # the terms of the validation diagnosis (docs/validation.md)
+    "hardware.gpu.gemm_row_us": 15.0,
+    "hardware.gpu.attention_walk_us_per_token": 0.5,
+    "hardware.gpu.idle_slowdown": 0.05,
+    "hardware.host.prepare.per_block_us": 0.3,
+    "hardware.host.launch_per_block_us": 0.2,
 }
 RUNS = [(4, "sync"), (16, "sync"), (64, "sync"), (8, "async"), (32, "async"), (48, "async")]
 RECORDED = sorted((REPO / "experiments" / "runtime").glob("**/trace_*.json.gz"))

@@ -119,14 +119,23 @@ class ModelConfig:
 
 @dataclass
 class PhaseCost:
-    """A host phase's cost: fixed + per request + per token (microseconds)."""
+    """A host phase's cost: fixed + per request + per token + per KV block (microseconds)."""
 
     fixed_us: float = 0.0
     per_request_us: float = 0.0
     per_token_us: float = 0.0
+    # per KV-cache block in the batch's block tables (sum over requests of ceil(context / block),
+    # counted as kv_tokens // block_size + requests): building and packing the tables grows with
+    # the context (h200_run2: prepare 280 -> 370 us, launch 650 -> 850 us over seed_8192). 0 = none
+    per_block_us: float = 0.0
 
-    def cost(self, requests: int, tokens: int) -> float:
-        return self.fixed_us + self.per_request_us * requests + self.per_token_us * tokens
+    def cost(self, requests: int, tokens: int, blocks: int = 0) -> float:
+        return (
+            self.fixed_us
+            + self.per_request_us * requests
+            + self.per_token_us * tokens
+            + self.per_block_us * blocks
+        )
 
 
 @dataclass
@@ -140,6 +149,10 @@ class HostCosts:
     kernel_launch_us: float = 5.0
     # CPU time to launch a captured graph (cudaGraphLaunch)
     graph_launch_us: float = 10.0
+    # CPU time per KV-cache block of the batch (kv_tokens // block_size + requests) inside a
+    # launch: the runtime's copy-in stages the block tables there (h200_run2: launch 700 us at 1K
+    # context, 1,100 us at 8K); 0 = a launch independent of the context
+    launch_per_block_us: float = 0.0
     # CPU time to enqueue one async copy
     copy_launch_us: float = 4.0
     # CPU time to record one event or make a stream wait on one
@@ -153,13 +166,14 @@ class HostCosts:
 
     def __post_init__(self) -> None:
         for phase in ("schedule", "prepare", "update"):
-            for term in ("fixed_us", "per_request_us", "per_token_us"):
+            for term in ("fixed_us", "per_request_us", "per_token_us", "per_block_us"):
                 value = getattr(getattr(self, phase), term)
                 if value < 0:
                     raise ConfigError(f"hardware.host.{phase}.{term}={value} must be >= 0")
         for key in (
             "kernel_launch_us",
             "graph_launch_us",
+            "launch_per_block_us",
             "copy_launch_us",
             "event_us",
             "sync_wake_us",
@@ -196,6 +210,30 @@ class GpuCosts:
     kernels_extra: int = 6
     # GPU time of the in-graph carry-over scatter-add, microseconds
     carry_over_us: float = 3.0
+    # GPU time per computed row (query token, a decode graph's padded rows included) on the
+    # memory-bound side of the linear layers, beyond streaming weights and activations: skinny
+    # GEMMs slow down with M (h200_run1, decode at batch 4, 8, 32: 7018 + 22.6 x rows + 0.0292 x KV
+    # tokens us). Prefill is FLOP-bound, so it does not pay it. 0 = none
+    gemm_row_us: float = 0.0
+    # The split-K decode-attention kernel (runtime/kernels/paged_attention.py, pick_partition):
+    # each (request, kv head, partition) program walks its partition's KV tiles one after another,
+    # so besides the KV bytes the kernel takes this long per KV token of the longest walk, all
+    # layers together: min(longest decode context, partition). h200_run2 seed_8192: 0.038 us per
+    # KV token below 4096 context, 0.020 above, where the partition (4096 tokens) splits in two.
+    # 0 = attention bound by bytes and FLOPs only
+    attention_walk_us_per_token: float = 0.0
+    # pick_partition's rule: about this many programs at full table width, partitions of at
+    # least this many tokens (a power of two); the table is as wide as the longest request
+    attention_target_programs: int = 1024
+    attention_min_partition: int = 1024
+    # A compute stream that sat idle runs its next forward slower (clocks and caches cooling
+    # down while the host works): the forward takes idle_slowdown us longer per us of idle before
+    # it (sync vs async on the same batches: h200_run1 and run3 +5..60 us after 0.3..1.5 ms of
+    # idle, about 0.04 us per idle us; h200_run2 about 1, as its forward span also holds the
+    # 700 us graph launch). A threshold below which idling costs nothing (about 150 us in run1)
+    # is not separable from forward_fixed_us in these recordings, so there is none. 0 = a
+    # forward independent of what came before
+    idle_slowdown: float = 0.0
 
     def __post_init__(self) -> None:
         for key in (
@@ -209,6 +247,15 @@ class GpuCosts:
                 raise ConfigError(f"hardware.gpu.{key}={value} must be in (0, 1]")
         check_positive("hardware.gpu.attention_kv_pad", self.attention_kv_pad)
         check_positive("hardware.gpu.kernels_per_layer", self.kernels_per_layer)
+        check_positive("hardware.gpu.attention_target_programs", self.attention_target_programs)
+        check_positive("hardware.gpu.attention_min_partition", self.attention_min_partition)
+        for key in (
+            "gemm_row_us",
+            "attention_walk_us_per_token",
+            "idle_slowdown",
+        ):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"hardware.gpu.{key}={getattr(self, key)} must be >= 0")
 
 
 @dataclass

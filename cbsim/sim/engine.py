@@ -62,9 +62,12 @@ class SimEngine:
     def __init__(self, config: CbsimConfig, engine: EngineConfig, trace: TraceBuilder) -> None:
         self.config, self.engine, self.trace = config, engine, trace
         self.env = simpy.Environment()
-        self.costs = CostModel(config)
         w = config.workload
         self.requests = make_requests(w, config.model.vocab_size)
+        self.costs = CostModel(
+            config,
+            max_context=max((r.prompt_len + r.max_new_tokens for r in self.requests), default=1),
+        )
         max_context = config.model.max_position_embeddings
         self.sampler = Sampler(self.requests, w.ignore_eos, config.model.vocab_size, w.batch_size)
         requests = self.sampler.scheduler_requests(self.requests, max_context)
@@ -132,7 +135,10 @@ class SimEngine:
         if batch is None:
             yield self._phase(S.SCHEDULE, self.costs.schedule_us(0, 0), NO_BATCH)
             return None
-        cost = self.costs.schedule_us(batch.num_requests, batch.query_tokens)
+        costs, requests = self.costs, batch.num_requests
+        cost = costs.schedule_us(
+            requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
+        )
         yield self._phase(S.SCHEDULE, cost, self._batch_args(batch, -1))
         return batch
 
@@ -163,7 +169,10 @@ class SimEngine:
                 done.compute, dev.host_vc, "prepare", step, S.HOST, now, slot, done.batch.step
             )
         args = self._prepared = self._batch_args(batch, slot.index)
-        cost = self.costs.prepare_us(batch.num_requests, batch.query_tokens)
+        costs, requests = self.costs, batch.num_requests
+        cost = costs.prepare_us(
+            requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
+        )
         yield self._phase(S.PREPARE, cost, args)
 
     def launch(self, batch: Batch, slot: IOSlot, prev: Launched | None):
@@ -196,11 +205,11 @@ class SimEngine:
         samples = batch.num_samples
         # block-table entries: sum of ceil(context / block) is at most this (one partial each)
         requests = batch.num_requests
-        kv_blocks = batch.kv_tokens // costs.block_size + requests
+        kv_blocks = costs.kv_blocks(batch.kv_tokens, requests)
         h2d_bytes = costs.h2d_bytes(batch.query_tokens, requests, samples, kv_blocks)
         waits = eng.event_waits
-        # H2D: pinned inputs -> device inputs, then record h2d_done
-        t = now + host.copy_launch_us
+        # stage the block tables, then H2D: pinned inputs -> device inputs, record h2d_done
+        t = now + host.launch_per_block_us * kv_blocks + host.copy_launch_us
         h2d = dev.h2d.enqueue(S.COPY_H2D, t, costs.h2d_us(h2d_bytes), vc)
         tracker.read(slot, slot.pinned_in, h2d, h2d.vc, step, h2d.lane, h2d.start)
         tracker.write(slot, slot.dev_in, h2d, h2d.vc, step, h2d.lane, h2d.start)
@@ -208,6 +217,16 @@ class SimEngine:
         h2d_done = dev.h2d.record()
         # compute: wait on h2d_done, carry-over scatter, forward; record compute_done
         t += host.event_us
+        if costs.idle_slowdown and dev.compute.seq:
+            # a compute stream that sat idle runs this forward slower
+            tail = dev.compute.tail
+            begin = max(t + (host.graph_launch_us if graph else host.kernel_launch_us), tail)
+            if waits and h2d_done.time > begin:
+                begin = h2d_done.time
+            slow = costs.idle_slowdown_us(begin - tail)
+            if slow:
+                fwd_us += slow
+                fwd.overhead_us += slow
         if graph:
             t += host.graph_launch_us
             compute = dev.compute.enqueue(
@@ -319,7 +338,10 @@ class SimEngine:
             )
             self.n["requests_finished"] += 1
         self.last_updated = launched
-        dur = self.costs.update_us(batch.num_requests, batch.num_samples)
+        costs, requests = self.costs, batch.num_requests
+        dur = costs.update_us(
+            requests, batch.num_samples, costs.kv_blocks(batch.kv_tokens, requests)
+        )
         stall = self.costs.stall_us(self.n["updates"])
         self.n["updates"] += 1
         args = launched.args

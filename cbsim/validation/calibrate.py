@@ -6,7 +6,8 @@ own ``CostModel``, so plugging the profile back in reproduces what was fitted:
 - forward pass (compute-lane ``forward`` / ``graph_replay`` spans): ``CostModel.forward`` is a sum
   of rooflines (linear layers, LM head, attention) plus ``forward_fixed_us`` and a gap per kernel;
   its efficiencies, the fixed cost, the carry-over and the kernel gaps are fitted by bounded
-  Gauss-Newton on relative residuals (decode and prefill steps);
+  Gauss-Newton on relative residuals (decode and prefill steps), each forward with the idle
+  time of the compute stream before it (``CostModel.idle_slowdown_us``);
 - copies: ``copy_latency_us + bytes / bandwidth`` (h2d and d2h share the latency);
 - host phases: ``fixed + per_request x requests + per_token x tokens`` (tokens: query tokens for
   schedule and prepare, sampled tokens for update, as the simulator charges them);
@@ -112,6 +113,7 @@ def _forward_samples(rec: Recorded) -> pd.DataFrame:
     attention FLOPs depend on the split."""
     fwd = forward_steps(rec).sort_values("step")
     known = fwd.step.isin(list(rec.batches))
+    fwd["idle"] = compute_idle(rec, fwd)
     fwd = fwd[(known | fwd.kind.isin(("decode", "prefill"))) & ~host_bound(rec, fwd)]
     if len(fwd) > MAX_FORWARD_SAMPLES:
         other = fwd[fwd.kind != "decode"].head(MAX_FORWARD_SAMPLES // 4)
@@ -119,6 +121,20 @@ def _forward_samples(rec: Recorded) -> pd.DataFrame:
         idx = np.linspace(0, len(dec) - 1, MAX_FORWARD_SAMPLES - len(other)).round().astype(int)
         fwd = pd.concat([other, dec.iloc[np.unique(idx)]])
     return fwd
+
+
+def compute_idle(rec: Recorded, fwd: pd.DataFrame) -> np.ndarray:
+    """Per forward span, how long the compute lane sat idle before it (0 for the first), as
+    the simulator measures it when charging ``idle_slowdown``."""
+    sp = rec.spans
+    lane = sp[sp.lane == gpu_lane(sp)].sort_values("ts")
+    ends = np.maximum.accumulate(lane.end.to_numpy())
+    starts = lane.ts.to_numpy()
+    # the latest end among the lane's spans that started before this forward
+    at = np.searchsorted(starts, fwd.ts.to_numpy(), side="left") - 1
+    prev = np.where(at >= 0, ends[np.maximum(at, 0)], np.nan)
+    idle = fwd.ts.to_numpy() - prev
+    return np.where(np.isfinite(idle) & (idle > 0), idle, 0.0)
 
 
 def host_bound(rec: Recorded, fwd: pd.DataFrame) -> pd.Series:
@@ -146,6 +162,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
                 bool(r.graph),
                 bool(r.carry),
                 bool(r.carry_span),
+                float(r.idle),
             )
             for r in fwd.itertuples()
         ]
@@ -176,10 +193,11 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
         for rec, shapes, _ in data:
             cfg = dataclasses.replace(rec.config, hardware=_unchecked(hw, gpu=g))
             cm = CostModel(cfg)
-            for shape, graph, carry, own_span in shapes:
+            for shape, graph, carry, own_span, idle in shapes:
                 padded = cm.graph_size(len(shape)) if graph else None
                 f = cm.forward(shape, graph=graph, carry_over=carry, padded_requests=padded)
-                out.append(f.total_us - (f.carry_over_us if own_span else 0.0))
+                slow = cm.idle_slowdown_us(idle) if idle else 0.0
+                out.append(f.total_us + slow - (f.carry_over_us if own_span else 0.0))
         return np.asarray(out)
 
     y = np.concatenate([d[2] for d in data])

@@ -72,20 +72,28 @@ def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
             at = np.searchsorted(
                 np.sort(sp[(sp.lane == S.HOST) & (sp.name == S.UPDATE)].ts), p.ts.to_numpy()
             )
+            blocks = span_blocks(rec, p)
             parts.append(
                 np.column_stack(
-                    [p.requests.to_numpy(), tokens, p.dur.to_numpy(), np.full(len(p), i), at]
+                    [
+                        p.requests.to_numpy(),
+                        tokens,
+                        p.dur.to_numpy(),
+                        np.full(len(p), i),
+                        at,
+                        blocks,
+                    ]
                 )
             )
-        data = np.concatenate(parts) if parts else np.empty((0, 5))
+        data = np.concatenate(parts) if parts else np.empty((0, 6))
         data = data[data[:, 2] > 0]
         if not len(data):
             continue
         updates += len(data) if phase == S.UPDATE else 0
         cost = getattr(host, phase)
-        names = ["fixed_us", "per_request_us", "per_token_us"]
+        names = ["fixed_us", "per_request_us", "per_token_us", "per_block_us"]
         prior = [getattr(cost, k) for k in names]
-        X = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
+        X = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1], data[:, 5]])
         y = data[:, 2]
         fit = linear_fit(X, y, names, prior)
         over = _stalls(y - X @ np.array([fit.values[k] for k in names]), y)
@@ -113,6 +121,12 @@ def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
         )
 
 
+def span_blocks(rec: Recorded, spans) -> np.ndarray:
+    """KV blocks of each span's batch, as the simulator counts them (CostModel.kv_blocks)."""
+    block = rec.config.workload.kv_block_size
+    return (spans.kv_tokens.to_numpy() // block + spans.requests.to_numpy()).astype(float)
+
+
 def _stall_period(where: list[tuple[float, float]], updates: int) -> int:
     """Stalls at a regular spacing (a counter, as the simulator's): the median spacing, in
     updates, within one trace; irregular ones (a garbage collector): their mean rate."""
@@ -131,6 +145,25 @@ def _stalls(excess: np.ndarray, y: np.ndarray) -> np.ndarray:
     return excess > max(10.0 * mad, 0.5 * float(np.median(y)), 1.0)
 
 
+def trimmed_fit(
+    X: np.ndarray, y: np.ndarray, names: list[str], prior: list[float]
+) -> tuple[Fit, np.ndarray]:
+    """linear_fit robust to a heavy upper tail (a launch that the OS or the allocator held up):
+    spans more than 5 robust deviations (and 5%) above the fit are left out, twice. Returns the
+    fit and which spans were left out."""
+    out = np.zeros(len(y), dtype=bool)
+    fit = linear_fit(X, y, names, prior)
+    for _ in range(2):
+        res = y - X @ np.array([fit.values[k] for k in names])
+        mad = 1.4826 * float(np.median(np.abs(res - np.median(res))))
+        out = res - np.median(res) > max(5.0 * mad, 0.05 * float(np.median(np.abs(y))), 1e-9)
+        if not out.any() or out.all():
+            out = np.zeros(len(y), dtype=bool)
+            break
+        fit = linear_fit(X[~out], y[~out], names, prior)
+    return fit, out
+
+
 def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
     """Wake-up after a blocking wait, a non-blocking wait's cost, then the launch body."""
     host = cal.hardware.host
@@ -147,13 +180,14 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
         fwd = forward_steps(rec).drop_duplicates("step").set_index("step")
         launches = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH) & sp.step.isin(fwd.index)]
         cm = CostModel(rec.config)
-        for step, dur in zip(launches.step, launches.dur):
+        blocks = span_blocks(rec, launches)
+        for step, dur, nblocks in zip(launches.step, launches.dur, blocks):
             if fwd.at[step, "graph"]:
-                graph_launch.append(dur)
+                graph_launch.append((dur, nblocks))
             elif dur < 0.2 * fwd.at[step, "dur"]:
                 # a launch a fifth of the forward or longer blocked inside (the eager path
                 # synchronised with the GPU): it times the GPU, not the host's launch cost
-                eager_launch.append((dur, cm.kernels + bool(fwd.at[step, "carry"])))
+                eager_launch.append((dur, cm.kernels + bool(fwd.at[step, "carry"]), nblocks))
             else:
                 blocked_launches += 1
     if quick:
@@ -162,14 +196,19 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
         set_quantile(cal, "wait (blocked): wake", np.array(wake), host, "sync_wake_us")
     enqueue = LAUNCH_COPIES * host.copy_launch_us + LAUNCH_EVENT_OPS * host.event_us
     if graph_launch:
-        set_quantile(
-            cal, "launch (graph)", np.array(graph_launch), host, "graph_launch_us", offset=enqueue
-        )
+        dur, nblocks = np.array(graph_launch).T
+        names = ["graph_launch_us", "launch_per_block_us"]
+        prior = [host.graph_launch_us, host.launch_per_block_us]
+        X = np.column_stack([np.ones(len(dur)), nblocks])
+        fit, out = trimmed_fit(X, dur - enqueue, names, prior)
+        host.graph_launch_us = fit.values["graph_launch_us"]
+        host.launch_per_block_us = fit.values["launch_per_block_us"]
+        what = "launch (graph)" + (f" ({int(out.sum())} slow out)" if out.any() else "")
+        cal.rows.append(Row(what, int((~out).sum()), fit, dict(zip(names, prior))))
     if eager_launch:
-        dur, kernels = np.array(eager_launch).T
-        set_quantile(
-            cal, "launch (eager, /kernel)", (dur - enqueue) / kernels, host, "kernel_launch_us"
-        )
+        dur, kernels, nblocks = np.array(eager_launch).T
+        body = dur - enqueue - host.launch_per_block_us * nblocks
+        set_quantile(cal, "launch (eager, /kernel)", body / kernels, host, "kernel_launch_us")
     if blocked_launches:
         cal.notes.append(
             f"{blocked_launches} eager launch(es) lasted a fifth of their forward or more (the host "
