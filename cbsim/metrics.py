@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cbsim.config.schema import ModelConfig
 from cbsim.trace import schema as S
 from cbsim.trace.model import Trace
 
 PERCENTILES = (50, 90, 99)
+MODEL_FIELDS = set(ModelConfig.__dataclass_fields__)
 
 
 def _union_us(spans: pd.DataFrame) -> float:
@@ -103,6 +105,39 @@ def compute_metrics(trace: Trace) -> dict[str, Any]:
     memory = trace.other_data.get("memory", {})
     for key in ("io_buffer_bytes", "graph_pool_bytes", "graph_pool_bytes_unshared"):
         out[key] = memory.get(key)
+    out.update(_bandwidth_metrics(forwards, trace.other_data.get("config")))
+    return out
+
+
+def weight_bytes_read_per_step(model: dict[str, Any]) -> float:
+    """Weights every forward streams from HBM: all of them but the embedding table, of which
+    only the looked-up rows are read (15.01 of 16.06 GB for the Llama-3-8B shape)."""
+    shape = ModelConfig(**{k: v for k, v in model.items() if k in MODEL_FIELDS})
+    embedding = shape.vocab_size * shape.hidden_size * shape.dtype_bytes
+    return shape.weight_bytes - (0 if shape.tie_word_embeddings else embedding)
+
+
+def _bandwidth_metrics(forwards: pd.DataFrame, config: dict[str, Any] | None) -> dict[str, Any]:
+    """Achieved HBM bandwidth per forward: (weights + live KV bytes) / forward time, and the
+    share of the roofline floor (those bytes at the hardware's copy bandwidth) it reaches."""
+    out: dict[str, Any] = {"hbm_tbps_mean": None, "hbm_floor_fraction": None}
+    if config is None or forwards.empty or "model" not in config or "hardware" not in config:
+        return out
+    try:
+        weights = weight_bytes_read_per_step(config["model"])
+        kv_per_token = ModelConfig(
+            **{k: v for k, v in config["model"].items() if k in MODEL_FIELDS}
+        ).kv_bytes_per_token
+        peak = float(config["hardware"]["hbm_bandwidth"])
+    except (TypeError, ValueError, KeyError):
+        return out
+    dur_s = forwards["dur"].to_numpy() / 1e6
+    moved = weights + forwards["kv_tokens"].to_numpy() * kv_per_token
+    ok = dur_s > 0
+    if not ok.any():
+        return out
+    out["hbm_tbps_mean"] = float(moved[ok].sum() / dur_s[ok].sum() / 1e12)
+    out["hbm_floor_fraction"] = float((moved[ok] / peak).sum() / dur_s[ok].sum())
     return out
 
 
@@ -156,6 +191,8 @@ SUMMARY_ROWS = (
     ("step time p50 (ms)", "step_time_ms_p50", "{:.3f}"),
     ("step time p99 (ms)", "step_time_ms_p99", "{:.3f}"),
     ("GPU idle", "gpu_idle_fraction", "{:.2%}"),
+    ("HBM TB/s (forward)", "hbm_tbps_mean", "{:.2f}"),
+    ("of the HBM floor", "hbm_floor_fraction", "{:.1%}"),
     ("CPU blocked", "cpu_blocked_fraction", "{:.2%}"),
     ("CPU blocks/step", "cpu_blocks_per_step", "{:.2f}"),
     ("TTFT p50 (ms)", "ttft_ms_p50", "{:.2f}"),

@@ -85,3 +85,27 @@ def test_default_stream_counts_as_the_gpu_when_compute_is_empty():
     b.span(S.HOST, S.PREPARE, 0.0, 10.0)
     m = compute_metrics(b.build())
     assert m["gpu_idle_fraction"] == pytest.approx(0.25)
+
+
+def test_hbm_bandwidth_against_the_floor():
+    from dataclasses import asdict
+
+    from cbsim.config.schema import ModelConfig
+    from cbsim.metrics import weight_bytes_read_per_step
+
+    model = asdict(ModelConfig())  # the Llama-3-8B shape
+    weights = weight_bytes_read_per_step(model)
+    assert weights == pytest.approx(15.01e9, rel=0.01)  # 16.06 GB less the embedding table
+    kv = 1000 * 128 * 1024
+    b = TraceBuilder("sim", {"config": {"model": model, "hardware": {"hbm_bandwidth": 4.0e12}}})
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 10_000.0, step=0, kv_tokens=1000)  # 10 ms
+    m = compute_metrics(b.build())
+    assert m["hbm_tbps_mean"] == pytest.approx((weights + kv) / 0.01 / 1e12)
+    assert m["hbm_floor_fraction"] == pytest.approx((weights + kv) / 4.0e12 / 0.01)
+    assert compute_metrics(small_config_free_trace())["hbm_tbps_mean"] is None
+
+
+def small_config_free_trace():
+    b = TraceBuilder("sim")
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 10.0, step=0)
+    return b.build()
