@@ -8,6 +8,7 @@ async: schedule N+1 -> prepare N+1 in the other slot (its placeholders filled on
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +17,10 @@ from cbsim.runtime.streams import SlotEvents, Streams, launch
 from cbsim.runtime.tracing import Recorder, batch_args, profiler_range
 from cbsim.scheduler import Scheduler, carry_over_index
 from cbsim.trace import schema as S
+
+log = logging.getLogger("cbsim.runtime")
+# seconds between progress lines on long runs (the seed workload runs 80-110 s on the H200)
+PROGRESS_EVERY_S = 10.0
 
 
 @dataclass
@@ -30,6 +35,7 @@ class LoopState:
     generated: int = 0
     host_wait_s: float = 0.0
     host_phase_s: dict = field(default_factory=lambda: dict.fromkeys(S.HOST_PHASES, 0.0))
+    next_progress_s: float = PROGRESS_EVERY_S
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.rec.t0
@@ -83,6 +89,15 @@ class LoopState:
         self.host_phase_s[S.WAIT] += t1 - t0
         self.host_phase_s[S.UPDATE] += t2 - t1
         self.generated += len(tokens)
+        if t2 - rec.t0 >= self.next_progress_s:
+            self.next_progress_s += PROGRESS_EVERY_S
+            log.info(
+                "step %d: %d tokens, %d requests unfinished, %.0f s",
+                self.steps,
+                self.generated,
+                self.sched.num_unfinished,
+                t2 - rec.t0,
+            )
         if rec.enabled:
             for rid in self.sched.last_first_token_rids:
                 rec.request(S.FIRST_TOKEN, t2, rid, step=int(batch.step))
