@@ -45,6 +45,9 @@ EFFS = ("gemm_bandwidth_eff", "attention_bandwidth_eff", "gemm_flops_eff", "atte
 # Any other float term of GpuCosts (one the cost model gains later) is fitted too, before the gaps.
 GPU_FIRST = ("forward_fixed_us", "carry_over_us")
 GPU_LAST = ("eager_kernel_gap_us", "graph_node_gap_us")
+# idle_slowdown is fitted only when at least this share of the forwards followed an idle compute
+# stream (a sync run): more than IDLE_SEEN_US of idle
+IDLE_SEEN_SHARE, IDLE_SEEN_US = 0.1, 50.0
 # an efficiency may come out above 1 (a kernel beating the measured copy bandwidth): the fit lets
 # it, and then raises the ceiling (hbm_bandwidth / peak_flops) so the efficiencies stay in (0, 1]
 MAX_EFF = 20.0
@@ -106,14 +109,26 @@ def _even(total: int, n: int) -> np.ndarray:
     return base
 
 
-def _forward_samples(rec: Recorded) -> pd.DataFrame:
+def _forward_samples(rec: Recorded, host) -> pd.DataFrame:
     """Steps evenly spaced over the run: decode steps, and every other step whose per-request
     split is known (replayed) or does not matter (a prefill split evenly is exact when all its
     prompts are equal; otherwise an approximation); a mixed step without it is left out, its
-    attention FLOPs depend on the split."""
+    attention FLOPs depend on the split.
+
+    A replayed graph's span starts at a marker the runtime records on the compute stream before
+    it launches the graph, so when the stream was idle (sync) the span also holds the rest of the
+    host's graph launch: the GPU work starts when the launch has returned (the launch span's end,
+    less the event and copy enqueues after the graph, as SimEngine.launch charges them). The
+    forward is timed from there, and the idle before it measured to there."""
     fwd = forward_steps(rec).sort_values("step")
     known = fwd.step.isin(list(rec.batches))
-    fwd["idle"] = compute_idle(rec, fwd)
+    sp = rec.spans
+    launched = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH)].groupby("step")["end"].max()
+    after_graph = 3 * host.event_us + host.copy_launch_us
+    ready = fwd.step.map(launched).to_numpy() - after_graph
+    start = np.where(fwd.graph & (ready > fwd.ts) & (ready < fwd.end), ready, fwd.ts)
+    fwd["dur"] = fwd.end.to_numpy() - start
+    fwd["idle"] = compute_idle(rec, fwd, start)
     fwd = fwd[(known | fwd.kind.isin(("decode", "prefill"))) & ~host_bound(rec, fwd)]
     if len(fwd) > MAX_FORWARD_SAMPLES:
         other = fwd[fwd.kind != "decode"].head(MAX_FORWARD_SAMPLES // 4)
@@ -123,9 +138,9 @@ def _forward_samples(rec: Recorded) -> pd.DataFrame:
     return fwd
 
 
-def compute_idle(rec: Recorded, fwd: pd.DataFrame) -> np.ndarray:
-    """Per forward span, how long the compute lane sat idle before it (0 for the first), as
-    the simulator measures it when charging ``idle_slowdown``."""
+def compute_idle(rec: Recorded, fwd: pd.DataFrame, start: np.ndarray) -> np.ndarray:
+    """Per forward span, how long the compute lane sat idle before ``start`` (0 for the first),
+    as the simulator measures it when charging ``idle_slowdown``."""
     sp = rec.spans
     lane = sp[sp.lane == gpu_lane(sp)].sort_values("ts")
     ends = np.maximum.accumulate(lane.end.to_numpy())
@@ -133,7 +148,7 @@ def compute_idle(rec: Recorded, fwd: pd.DataFrame) -> np.ndarray:
     # the latest end among the lane's spans that started before this forward
     at = np.searchsorted(starts, fwd.ts.to_numpy(), side="left") - 1
     prev = np.where(at >= 0, ends[np.maximum(at, 0)], np.nan)
-    idle = fwd.ts.to_numpy() - prev
+    idle = start - prev
     return np.where(np.isfinite(idle) & (idle > 0), idle, 0.0)
 
 
@@ -148,7 +163,7 @@ def host_bound(rec: Recorded, fwd: pd.DataFrame) -> pd.Series:
 def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
     data = []
     for rec in recs:
-        fwd = _forward_samples(rec)
+        fwd = _forward_samples(rec, cal.hardware.host)
         shapes = [
             (
                 StepShape(
@@ -170,6 +185,15 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
             data.append((rec, shapes, fwd.dur.to_numpy()))
     if not data:
         return
+    idle = np.concatenate([[s[-1] for s in d[1]] for d in data])
+    if np.mean(idle > IDLE_SEEN_US) < IDLE_SEEN_SHARE:
+        # a stream that hardly ever idles (async runs only) cannot tell what idling costs: the
+        # few idle forwards left (the first decode after a prefill) would fit their noise
+        data = [(rec, [(*s[:-1], 0.0) for s in shapes], y) for rec, shapes, y in data]
+        cal.notes.append(
+            f"fewer than {IDLE_SEEN_SHARE:.0%} of the forwards followed {IDLE_SEEN_US:.0f} us of "
+            "compute idle: idle_slowdown kept"
+        )
     hw = cal.hardware
     terms = gpu_terms(hw.gpu)
     names = [*EFFS, *terms]
