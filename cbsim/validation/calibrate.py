@@ -237,9 +237,12 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
     fit = curve_fit(model, y, theta0, names, lower, upper)
     out = outliers(fit.residuals)
     if out.any():  # a forward far off the fit (a clock hiccup, a one-off recompile): left out
+        first = fit
         fit = curve_fit(
             lambda t: model(t)[~out], y[~out], [fit.values[k] for k in names], names, lower, upper
         )
+        # the refit starts where the first fit ended: a term the first fit moved stays "fitted"
+        fit.fitted = {k: fit.fitted[k] or first.fitted[k] for k in names}
     hw.gpu = gpu_of(np.array([fit.values[k] for k in names]))
     ceilings = _raise_ceilings(hw)
     fit.values = {k: getattr(hw.gpu, k) for k in names}
