@@ -48,13 +48,6 @@ GPU_LAST = ("eager_kernel_gap_us", "graph_node_gap_us")
 # idle_slowdown is fitted only when at least this share of the forwards followed an idle compute
 # stream (a sync run): more than IDLE_SEEN_US of idle
 IDLE_SEEN_SHARE, IDLE_SEEN_US = 0.1, 50.0
-# Host work inside a launch after the graph is submitted (compute_done, the D2H wait and copy,
-# d2h_done, the tracing events): in the sync runs whose GPU starts at the compute marker (sync
-# forward as long as async: h200_run1, run3, run4, run5) the launch goes on 61-113 us (medians)
-# after the marker; in h200_run2 it goes on 496 us and the sync forward is 370 us longer, so the
-# graph went in about 125 us before the launch returned. A synthetic (simulator) trace has only
-# the enqueues after the graph, so its forwards are not shifted.
-POST_GRAPH_HOST_US = 120.0
 # an efficiency may come out above 1 (a kernel beating the measured copy bandwidth): the fit lets
 # it, and then raises the ceiling (hbm_bandwidth / peak_flops) so the efficiencies stay in (0, 1]
 MAX_EFF = 20.0
@@ -116,27 +109,15 @@ def _even(total: int, n: int) -> np.ndarray:
     return base
 
 
-def _forward_samples(rec: Recorded, host) -> pd.DataFrame:
+def _forward_samples(rec: Recorded) -> pd.DataFrame:
     """Steps evenly spaced over the run: decode steps, and every other step whose per-request
     split is known (replayed) or does not matter (a prefill split evenly is exact when all its
     prompts are equal; otherwise an approximation); a mixed step without it is left out, its
-    attention FLOPs depend on the split.
-
-    A replayed graph's span starts at a marker the runtime records on the compute stream before
-    it launches the graph, so when the stream was idle (sync) the span also holds the rest of the
-    host's graph launch: the GPU work starts when the graph is submitted, at the latest the launch
-    span's end less the host work after the graph (POST_GRAPH_HOST_US, and no less than the event
-    and copy enqueues SimEngine.launch charges there). The forward is timed from there, and the
-    idle before it measured to there."""
+    attention FLOPs depend on the split. (A replayed graph's span starts when its work could
+    start: traces.correct_graph_start.)"""
     fwd = forward_steps(rec).sort_values("step")
     known = fwd.step.isin(list(rec.batches))
-    sp = rec.spans
-    launched = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH)].groupby("step")["end"].max()
-    after_graph = max(3 * host.event_us + host.copy_launch_us, POST_GRAPH_HOST_US)
-    ready = fwd.step.map(launched).to_numpy() - after_graph
-    start = np.where(fwd.graph & (ready > fwd.ts) & (ready < fwd.end), ready, fwd.ts)
-    fwd["dur"] = fwd.end.to_numpy() - start
-    fwd["idle"] = compute_idle(rec, fwd, start)
+    fwd["idle"] = compute_idle(rec, fwd, fwd.ts.to_numpy())
     fwd = fwd[(known | fwd.kind.isin(("decode", "prefill"))) & ~host_bound(rec, fwd)]
     if len(fwd) > MAX_FORWARD_SAMPLES:
         other = fwd[fwd.kind != "decode"].head(MAX_FORWARD_SAMPLES // 4)
@@ -171,7 +152,7 @@ def host_bound(rec: Recorded, fwd: pd.DataFrame) -> pd.Series:
 def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
     data = []
     for rec in recs:
-        fwd = _forward_samples(rec, cal.hardware.host)
+        fwd = _forward_samples(rec)
         shapes = [
             (
                 StepShape(
