@@ -131,3 +131,92 @@ def test_every_efficiency_slows_its_term_only():
     assert (
         math.isclose(HardwareConfig().hbm_bandwidth, 4.27e12) and GpuCosts().attention_kv_pad == 1
     )
+
+
+def seed8192(**gpu):
+    """The h200_run2 seed_8192 shape: 32 x (256 + 8192), table 8448 tokens wide."""
+    cfg = CbsimConfig()
+    cfg.workload.prompt_len, cfg.workload.gen_len = 256, 8192
+    cfg.hardware.gpu = dataclasses.replace(cfg.hardware.gpu, **gpu)
+    return CostModel(cfg)
+
+
+def test_gemm_row_cost_is_on_the_memory_side_only():
+    base, rows = model(), model(gemm_row_us=20.0)
+    dec = (
+        rows.forward(decode(32, 100), graph=True, carry_over=False).linear_us,
+        base.forward(decode(32, 100), graph=True, carry_over=False).linear_us,
+    )
+    assert dec[0] - dec[1] == pytest.approx(32 * 20.0)
+    # padded graph rows are computed, so they pay it too
+    padded = rows.forward(decode(30, 100), graph=True, carry_over=False, padded_requests=32)
+    assert padded.linear_us == pytest.approx(dec[0])
+    # an 8K-token prefill is FLOP-bound: the per-row term stays under the FLOP time
+    pre = Shape([8192], [8192], "prefill")
+    assert rows.forward(pre, graph=False, carry_over=False).linear_us == pytest.approx(
+        base.forward(pre, graph=False, carry_over=False).linear_us
+    )
+
+
+def test_split_k_partition_mirrors_the_runtime_kernel():
+    pytest.importorskip("torch")
+    from cbsim.runtime.kernels.paged_attention import pick_partition
+
+    for prompt, gen in ((256, 8192), (256, 1024), (8192, 256), (100, 28)):
+        cfg = CbsimConfig()
+        cfg.workload.prompt_len, cfg.workload.gen_len = prompt, gen
+        cm = CostModel(cfg)
+        width = -(-(prompt + gen) // 16) * 16
+        tile = 128 if width <= 2048 else 64
+        for rows in (1, 4, 8, 32, 128):
+            assert cm.partition(rows) == pick_partition(rows, 8, width, tile), (prompt, rows)
+
+
+def test_attention_walk_follows_the_partition():
+    # seed_8192 at batch 32: 4096-token partitions, so the longest walk stops growing at 4096
+    walk, base = seed8192(attention_walk_us_per_token=0.5), seed8192()
+    assert walk.partition(32) == 4096
+
+    def extra(ctx):
+        shape = decode(32, ctx)
+        return (
+            walk.forward(shape, graph=True, carry_over=False).attention_us
+            - base.forward(shape, graph=True, carry_over=False).attention_us
+        )
+
+    assert extra(1000) == pytest.approx(500.0)
+    assert extra(4096) == pytest.approx(2048.0) == pytest.approx(extra(8000))
+    # prefill goes through another kernel
+    pre = Shape([512], [512], "prefill")
+    assert walk.forward(pre, graph=False, carry_over=False).attention_us == pytest.approx(
+        base.forward(pre, graph=False, carry_over=False).attention_us
+    )
+
+
+def test_idle_slowdown_and_per_block_host_terms():
+    cm = model(idle_slowdown=0.05)
+    assert cm.idle_slowdown_us(400.0) == pytest.approx(20.0) and cm.idle_slowdown_us(-1.0) == 0
+    assert model().idle_slowdown_us(1e6) == 0.0
+    cfg = CbsimConfig()
+    cfg.hardware.host = HostCosts(prepare=PhaseCost(100.0, 0.0, 0.0, 0.5), launch_per_block_us=0.2)
+    cm = CostModel(cfg)
+    blocks = cm.kv_blocks(32 * 1000, 32)
+    assert blocks == 32 * 1000 // 16 + 32
+    assert cm.prepare_us(32, 32, blocks) == pytest.approx(100 + 0.5 * blocks)
+    assert cm.launch_us(454, graph=True, copies=2, event_ops=5, blocks=blocks) == pytest.approx(
+        10 + 0.2 * blocks + 8 + 5
+    )
+
+
+@pytest.mark.parametrize("field", ["gemm_row_us", "attention_walk_us_per_token", "idle_slowdown"])
+def test_new_gpu_terms_are_validated(field):
+    from cbsim.config import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        GpuCosts(**{field: -1.0})
+    with pytest.raises(ConfigError, match="attention_min_partition"):
+        GpuCosts(attention_min_partition=0)
+    with pytest.raises(ConfigError, match="per_block_us"):
+        HostCosts(update=PhaseCost(per_block_us=-1.0))
+    with pytest.raises(ConfigError, match="launch_per_block_us"):
+        HostCosts(launch_per_block_us=-1.0)

@@ -332,3 +332,39 @@ def test_eos_on_async_computes_and_drops_one_token_per_request():
     assert (fin.reason == "eos").all()
     c = ta.other_data["sim_counters"]
     assert 1 <= c["dropped_tokens"] <= 6 and ms["generated_tokens"] == ma["generated_tokens"]
+
+
+def test_idle_compute_stream_slows_its_next_forward():
+    """hardware.gpu.idle_slowdown: each forward after an idle gap takes that share of the gap
+    longer (sync idles every step; async hardly ever)."""
+    base, slow = make(gen_len=12), make(gen_len=12)
+    slow.hardware.gpu = dataclasses.replace(slow.hardware.gpu, idle_slowdown=0.1)
+    for engine in ("sync", "async"):
+        a, b = run(base, engine), run(slow, engine)
+        check_trace(b, slow)
+        fa = spans(a, S.COMPUTE, S.FORWARD_NAMES).sort_values("ts")
+        fb = spans(b, S.COMPUTE, S.FORWARD_NAMES).sort_values("ts")
+        # the gap before each forward in the slowed run, and what it added
+        gap = fb.ts.to_numpy()[1:] - fb.end.to_numpy()[:-1]
+        extra = fb.dur.to_numpy()[1:] - fa.dur.to_numpy()[1:]
+        assert extra == pytest.approx(0.1 * np.maximum(gap, 0.0), abs=3e-3), engine
+        if engine == "sync":
+            assert (extra > 0).all()
+    assert run(slow, "sync").to_json_obj() == run(slow, "sync").to_json_obj()  # deterministic
+
+
+def test_per_block_host_costs_grow_with_the_context():
+    cfg = make(gen_len=40)
+    host = cfg.hardware.host
+    cfg.hardware.host = dataclasses.replace(
+        host,
+        prepare=dataclasses.replace(host.prepare, per_block_us=5.0),
+        launch_per_block_us=3.0,
+    )
+    tr, plain = run(cfg, "sync"), run(make(gen_len=40), "sync")
+    check_trace(tr, cfg)
+    for name, per in ((S.PREPARE, 5.0), (S.LAUNCH, 3.0)):
+        a = spans(tr, S.HOST, name).set_index("step")
+        b = spans(plain, S.HOST, name).set_index("step")
+        blocks = a.kv_tokens // cfg.workload.kv_block_size + a.requests
+        assert (a.dur - b.dur).to_numpy() == pytest.approx(per * blocks.to_numpy(), abs=1e-3)

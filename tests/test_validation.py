@@ -279,3 +279,41 @@ def test_replayed_batches_match_every_step(recordings):
         assert set(rec.batches) == steps
         q, ctx = rec.batches[0]
         assert (q == 256).all() and (ctx == 256).all()
+
+
+def test_graph_span_starts_when_the_launch_has_submitted_it():
+    from cbsim.trace import TraceBuilder
+    from cbsim.trace import schema as S
+    from cbsim.validation.traces import POST_GRAPH_HOST_US, correct_graph_start
+
+    b = TraceBuilder("runtime", {})
+    # step 0: a sync launch that goes on 600 us past the compute marker; step 1: async (the
+    # launch ends long before the replay starts); step 2: eager, never moved
+    b.span(S.HOST, S.LAUNCH, 0.0, 700.0, step=0)
+    b.span(S.COMPUTE, S.GRAPH_REPLAY, 100.0, 9000.0, step=0)
+    b.span(S.HOST, S.LAUNCH, 1000.0, 300.0, step=1)
+    b.span(S.COMPUTE, S.GRAPH_REPLAY, 9100.0, 8000.0, step=1)
+    b.span(S.HOST, S.LAUNCH, 17200.0, 900.0, step=2)
+    b.span(S.COMPUTE, S.FORWARD, 17300.0, 2000.0, step=2)
+    fixed = correct_graph_start(b.build())
+    sp = fixed.spans.set_index("step")
+    moved = sp[sp.lane == S.COMPUTE]
+    assert moved.at[0, "ts"] == pytest.approx(700.0 - POST_GRAPH_HOST_US)
+    assert moved.at[0, "end"] == pytest.approx(9100.0)  # ends where it ended
+    assert moved.at[1, "ts"] == 9100.0 and moved.at[2, "ts"] == 17300.0
+    assert fixed.other_data["graph_start_corrected"] == 1
+    sim = TraceBuilder("sim", {})
+    sim.span(S.HOST, S.LAUNCH, 0.0, 700.0, step=0)
+    sim.span(S.COMPUTE, S.GRAPH_REPLAY, 100.0, 9000.0, step=0)
+    built = sim.build()
+    assert correct_graph_start(built) is built  # simulated forwards start after their launch
+
+
+def test_steady_metrics_leave_the_first_step_out(recordings):
+    from cbsim.validation.validate import COLD_FIRST_STEP, measure
+
+    rec = load(recordings[:1])[0]
+    m = measure(rec.trace)
+    assert 0 < m["steady_time_s"] < m["total_time_s"]
+    assert 0 <= m["steady_gpu_idle_fraction"] <= 1
+    assert "h200_run1" in COLD_FIRST_STEP
