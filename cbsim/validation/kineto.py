@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     k = trace.other_data["kineto"]
     print(f"{path}: {k['steps']} steps, streams {k['streams']}")
     if report:
-        from cbsim.validation.report import write_trace_report
+        from cbsim.report.trace_report import write_trace_report
 
         html = Path(str(path).removesuffix(".gz").removesuffix(".json") + ".html")
         write_trace_report(trace, html, f"Kineto trace {Path(argv[0]).name}")

@@ -1,0 +1,7 @@
+"""python -m cbsim.report TRACE [TRACE ...] [-o report.html]: see cbsim.report.trace_report."""
+
+import sys
+
+from cbsim.report.trace_report import main
+
+sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,55 @@
+"""python -m cbsim.report: any trace file in the format gets the same metrics and report."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import make_config
+
+from cbsim.report.trace_report import config_of, main
+from cbsim.sim import run
+from cbsim.trace import TraceBuilder, write_trace
+from cbsim.trace import schema as S
+
+SMALL = ["workload.batch_size=4", "workload.prompt_len=32", "workload.gen_len=16", "model=tiny"]
+
+
+def test_sim_traces_with_their_config_get_the_run_report(tmp_path, capsys):
+    config = make_config(SMALL + ["engine=compare"])
+    paths = []
+    for engine in ("sync", "async"):
+        trace = run(config, engine)
+        trace.other_data["config"] = json.loads(json.dumps(_as_dict(config)))
+        assert config_of(trace) == config
+        paths.append(str(write_trace(trace, tmp_path / f"trace_{engine}.json.gz")))
+    out = tmp_path / "r.html"
+    assert main([*paths, "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "sync vs async" in html and "plotly" in html.lower()
+    assert "GPU idle" in capsys.readouterr().out
+
+
+def test_a_trace_without_config_gets_the_generic_report(tmp_path):
+    b = TraceBuilder("kineto")
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 100.0, step=0)
+    b.span(S.HOST, S.LAUNCH, 0.0, 10.0, step=0)
+    path = write_trace(b.build(), tmp_path / "k.json")
+    out = tmp_path / "k.html"
+    assert main([str(path), "-o", str(out)]) == 0
+    assert "Timeline" in out.read_text()
+
+
+def test_bad_input_is_a_message_and_exit_2(tmp_path, capsys):
+    raw = tmp_path / "raw.json"
+    raw.write_text(json.dumps({"traceEvents": []}))
+    assert main([str(raw)]) == 2
+    err = capsys.readouterr().err
+    assert "otherData" in err and "cbsim.validation.kineto" in err
+    assert main([]) == 2
+    assert main([str(raw), "-o"]) == 2
+
+
+def _as_dict(config):
+    from dataclasses import asdict
+
+    return asdict(config)
