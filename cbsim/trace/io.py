@@ -39,11 +39,14 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def read_trace(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> Trace:
-    """Read and validate a trace file."""
+def load_json(
+    path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES, what: str = "trace"
+) -> Any:
+    """Parse a JSON file, gzip or not, refusing it over the size limit (before or after
+    decompression); every failure is a TraceError naming the file and the reason."""
     path = Path(path)
     if not path.is_file():
-        raise TraceError(f"{path}: no such trace file")
+        raise TraceError(f"{path}: no such {what} file")
     size = path.stat().st_size
     if size > max_bytes:
         raise TraceError(f"{path}: {size} bytes is over the limit of {max_bytes} bytes")
@@ -58,9 +61,14 @@ def read_trace(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES)
                 f"{path}: {len(raw)} bytes uncompressed is over the limit of {max_bytes}"
             )
     try:
-        obj = json.loads(raw)
+        return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path}: not JSON ({exc})") from None
+
+
+def read_trace(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> Trace:
+    """Read and validate a trace file."""
+    obj = load_json(path, max_bytes)
     try:
         return validate(obj)
     except TraceError as exc:

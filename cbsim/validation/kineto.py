@@ -27,8 +27,6 @@ with the reason. Command line: ``python -m cbsim.validation.kineto IN.json[.gz] 
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import math
 import os
 import re
@@ -41,6 +39,7 @@ import numpy as np
 
 from cbsim.trace import Trace, TraceBuilder, TraceError, write_trace
 from cbsim.trace import schema as S
+from cbsim.trace.io import load_json
 
 DEFAULT_STEP_MARKER = r"^(forward|graph_replay)(#\d+)?$"
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -57,28 +56,11 @@ def import_kineto(
 ) -> Trace:
     """Read a Kineto JSON trace (``.json`` or ``.json.gz``) and return it as a cbsim Trace."""
     path = Path(path)
-    obj = _load(path, max_bytes)
+    obj = load_json(path, max_bytes, what="Kineto trace")
     try:
         return convert(obj, step_marker=step_marker, name=path.name)
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}") from None
-
-
-def _load(path: Path, max_bytes: int) -> Any:
-    if not path.is_file():
-        raise TraceError(f"{path}: no such Kineto trace file")
-    if path.stat().st_size > max_bytes:
-        raise TraceError(f"{path}: over the size limit of {max_bytes} bytes")
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise TraceError(f"{path}: corrupt gzip data ({exc})") from None
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: not JSON ({exc})") from None
 
 
 def _check(obj: Any) -> list[dict[str, Any]]:
