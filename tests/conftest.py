@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
+from hypothesis import settings
 from omegaconf import DictConfig
 
 from cbsim.config.store import load_config, register_configs
 
 register_configs()
+# CI draws the same examples every run (a red run is reproducible, a green one stays green);
+# locally hypothesis explores new ones each time
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -43,7 +43,8 @@ def workloads(draw):
         wl["prompt_len"] = min(wl["prompt_len"], wl["max_batch_tokens"])
         if wl["prompt_dist"] != "fixed":
             wl["chunked_prefill"] = True  # a drawn prompt may exceed the budget
-    if draw(st.booleans()):  # a tight cache: admission waits, preemption by recompute
+    bounded = "lognormal" not in (wl["prompt_dist"], wl["gen_dist"])  # lognormal has no max
+    if bounded and draw(st.booleans()):  # a tight cache: admission waits, preemption by recompute
         longest = 4 * (wl["prompt_len"] + wl["gen_len"]) + 8
         wl["kv_num_blocks"] = -(-longest // wl["kv_block_size"]) + draw(st.integers(0, 8))
     return wl
