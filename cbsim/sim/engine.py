@@ -127,7 +127,9 @@ class SimEngine:
     def schedule(self):
         """Ask the shared scheduler for the next batch (None: nothing can run now)."""
         now = self.env.now
-        batch = self.sched.schedule(now * 1e-6 + 1e-12)  # 1 ps: us -> s round-off
+        # us -> s round-off: a few ulps relative (arrival_s * 1e6 * 1e-6 can fall below
+        # arrival_s by more than any fixed slack once arrivals pass ~1e4 s) plus 1 ps near 0
+        batch = self.sched.schedule(now * 1e-6 * (1.0 + 1e-15) + 1e-12)
         values = self.sched.counters()
         if values != self._last_counters:  # the counter track steps only where it changes
             self.rec.counter(S.SCHEDULER_COUNTER, now, values)
