@@ -131,6 +131,10 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     if done is not None:
         log.info("already finished in %s: skipped (resume)", run_dir)
         return done
+    # a run of another config (or a half-written one) may have left its markers here: this
+    # run replaces them, and until it finishes the directory must not read as finished
+    for stale in (JOB_CONFIG_FILE, METRICS_FILE):
+        (run_dir / stale).unlink(missing_ok=True)
     try:
         metrics = run_task(config, resolved, run_dir)
     except ConfigError as exc:
