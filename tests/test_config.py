@@ -51,6 +51,10 @@ BAD_VALUES = [
     (["engine.graph_batch_sizes=[]"], "engine.graph_batch_sizes"),
     (["mode=runtime", "engine.io_slots=1"], "engine.io_slots=1"),
     (["mode=runtime", "engine.streams=default"], "engine.streams=default"),
+    # the runtime's async half of a comparison always used two slots and always waited on
+    # events: these what-ifs were accepted there and silently ignored
+    (["mode=runtime", "engine=compare", "engine.io_slots=1"], "engine.io_slots=1"),
+    (["mode=runtime", "engine.event_waits=false"], "engine.event_waits=false"),
     (["model.num_kv_heads=5"], "model.num_kv_heads"),
     (["model.dtype=int4"], "allowed values: bfloat16, float16, float32"),
     (["model=tiny", "workload.gen_len=5000"], "model.max_position_embeddings"),

@@ -437,15 +437,21 @@ class CbsimConfig:
 
     def __post_init__(self) -> None:
         check_choice("task", self.task, TASKS)
-        if self.engine.name == "async" and self.mode.name == "runtime" and self.engine.io_slots < 2:
+        runtime = self.mode.name == "runtime"
+        if self.engine.name in ("async", "compare") and runtime and self.engine.io_slots < 2:
             raise ConfigError(
-                "engine.io_slots=1 with engine.name=async is a data race on the real GPU (the "
-                "host would overwrite inputs the GPU is reading); allowed in mode=sim only, "
-                "where it is reported as a hazard"
+                f"engine.io_slots=1 with engine.name={self.engine.name} is a data race on the "
+                "real GPU (the host would overwrite inputs the GPU is reading); allowed in "
+                "mode=sim only, where it is reported as a hazard"
             )
-        if self.engine.streams == "default" and self.mode.name == "runtime":
+        if self.engine.streams == "default" and runtime:
             raise ConfigError(
                 "engine.streams=default is a simulator what-if; allowed with mode=runtime: three"
+            )
+        if not self.engine.event_waits and runtime:
+            raise ConfigError(
+                "engine.event_waits=false is a simulator what-if (the runtime always orders its "
+                "streams with events); allowed with mode=runtime: true"
             )
         longest = self.workload.prompt_len + self.workload.gen_len
         if (
