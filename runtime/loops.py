@@ -88,7 +88,10 @@ class LoopState:
         rec.host(S.UPDATE, t1, t2, args)
         self.host_phase_s[S.WAIT] += t1 - t0
         self.host_phase_s[S.UPDATE] += t2 - t1
-        self.generated += len(tokens)
+        kept = self.sched.last_num_kept  # outputs sampled after a request's EOS are dropped
+        self.generated += kept
+        if kept != len(tokens) and plan.forward_args is not None:
+            plan.forward_args["new_tokens"] = kept
         if t2 - rec.t0 >= self.next_progress_s:
             self.next_progress_s += PROGRESS_EVERY_S
             log.info(

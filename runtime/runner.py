@@ -40,6 +40,8 @@ class StepPlan:
     layout: Layout
     bucket: int | None
     num_entries: int
+    # the forward span's args once launched: new_tokens is settled in update (EOS drops some)
+    forward_args: dict | None = None
 
 
 class ModelRunner:

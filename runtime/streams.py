@@ -64,7 +64,7 @@ def launch(
         runner.copy_out(plan)
         t3 = rec.now()
         rec.op(S.H2D, S.COPY_H2D, t0, t1, args, bytes=plan.num_entries * 8)
-        rec.op(S.COMPUTE, fwd, t1, t2, args, new_tokens=nsample)
+        plan.forward_args = rec.op(S.COMPUTE, fwd, t1, t2, args, new_tokens=nsample)
         rec.op(S.D2H, S.COPY_D2H, t2, t3, args, bytes=nsample * 8)
         return None
     timing = rec.enabled
@@ -92,6 +92,6 @@ def launch(
     slot.last_compute_done = compute_done
     if timing:
         rec.op(S.H2D, S.COPY_H2D, a, h2d_done, args, bytes=plan.num_entries * 8)
-        rec.op(S.COMPUTE, fwd, b, compute_done, args, new_tokens=nsample)
+        plan.forward_args = rec.op(S.COMPUTE, fwd, b, compute_done, args, new_tokens=nsample)
         rec.op(S.D2H, S.COPY_D2H, c, d2h_done, args, bytes=nsample * 8)
     return d2h_done

@@ -66,9 +66,11 @@ class Recorder:
         ev.record(stream)
         return ev
 
-    def op(self, lane: str, name: str, start, end, args: tuple, **extra: Any) -> None:
+    def op(self, lane: str, name: str, start, end, args: tuple, **extra: Any) -> dict[str, Any]:
+        """Record a stream op; returns its extra args (still editable until ``build``)."""
         if self.enabled:
             self.ops.append((lane, name, start, end, args, extra))
+        return extra
 
     def request(self, name: str, t: float, rid: int, **extra: Any) -> None:
         if self.enabled:

@@ -260,3 +260,31 @@ def test_model_loaded_offline_from_a_checkpoint(config_factory, tmp_path):
     )
     loaded = execute(config_factory(over + [f"model.path={tmp_path}"]), "sync")
     assert_same_tokens(loaded, reference_tokens(config))
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+def test_eos_counts_only_the_tokens_kept(config_factory, engine):
+    """With EOS on, the async loop has already launched the step after a request's EOS when it
+    sees it; that output is computed and dropped. It used to count as generated (summary and the
+    forward span's new_tokens), unlike the simulator's and the docs' "sampled and kept"."""
+    from cbsim.metrics import compute_metrics
+
+    config = config_factory(
+        BASE
+        + [
+            "workload.batch_size=3",
+            "workload.prompt_len=5",
+            "workload.gen_len=12",
+            "workload.ignore_eos=false",
+            "engine.graph_batch_sizes=[1,2,4]",
+        ]
+    )
+    ref = reference_tokens(config)
+    eos = int(ref[0][3])  # request 0 stops after 4 tokens
+    model = build_model(config.model, torch.device("cpu"), seed=config.workload.seed)
+    model.config.eos_token_id = eos
+    result = execute(config, engine, cpu_emulation=True, model=model)
+    kept = sum(len(t) for t in result.outputs.values())
+    assert len(result.outputs[0]) == 4 and result.outputs[0][-1] == eos
+    assert result.summary["generated_tokens"] == kept
+    assert compute_metrics(result.trace)["generated_tokens"] == kept

@@ -73,6 +73,7 @@ class Scheduler(TokenUpdate, SteadyDecode, RequestTable):
         self._eos_finished = False  # some request retired by EOS: batches may hold stale entries
         self._log: list[tuple[np.ndarray, np.ndarray]] = []  # (idx, tokens) per update
         self.last_first_token_rids: list[int] = []  # rids whose output 0 the last update filled
+        self.last_num_kept = 0  # tokens the last update kept (outputs after an EOS: dropped)
         self.num_preemptions = 0
         # steady decode state (see _schedule_steady); fast_path=False runs the general path only
         self.fast_path = True

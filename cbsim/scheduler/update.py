@@ -38,6 +38,7 @@ class TokenUpdate:
             live = self._state[idx] != FINISHED
             if not live.all():
                 idx, tok = idx[live], tok[live]
+        self.last_num_kept = int(idx.size)
         if self.last_first_token_rids:
             self.last_first_token_rids = []
         if idx.size:
