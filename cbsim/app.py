@@ -72,6 +72,16 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
     """Run each engine, write its trace, and return the metrics object written to metrics.json."""
     backend = _backend(config.mode.name)
     engines = engines_of(config)
+    if config.mode.name == "runtime":  # every engine can run here, before any runs
+        try:
+            from cbsim.runtime.engine import check_device
+        except ImportError as exc:
+            raise ConfigError(
+                f"mode=runtime needs the runtime extra (torch, transformers): {exc}; install "
+                "with pip install 'cbsim[runtime]', or use mode=sim"
+            ) from None
+        for engine in engines:
+            check_device(config, engine)
     runs: dict[str, tuple[Trace, dict[str, Any]]] = {}
     for engine in engines:
         log.info("running %s engine in %s mode", engine, config.mode.name)

@@ -112,18 +112,9 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def execute(
-    config: CbsimConfig,
-    engine: str,
-    *,
-    cpu_emulation: bool = False,
-    model: torch.nn.Module | None = None,
-) -> RunResult:
-    """Run one engine. cpu_emulation (tests only): on a CPU, run the async loop's order (batch
-    N+1 built before N's tokens, placeholders filled by the carry-over) and the padded graph
-    buckets eagerly, with no streams and no overlap, so that logic is checked without CUDA.
-    model: an already built transformers model to use (benchmarks share one between engines);
-    its attention is switched to the runtime's paged attention."""
+def check_device(config: CbsimConfig, engine: str, cpu_emulation: bool = False) -> torch.device:
+    """The device ``engine`` runs on, or a ConfigError when it cannot run there (cheap: the
+    app checks every engine of a comparison before running any)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; the runtime runs one of: {', '.join(ENGINES)}")
     device = torch.device(config.mode.device)
@@ -137,6 +128,22 @@ def execute(
             "engine=async needs CUDA (three CUDA streams, events, pinned IO slots, CUDA graphs); "
             f"mode.device={config.mode.device}. On a CPU run engine=sync with mode.device=cpu"
         )
+    return device
+
+
+def execute(
+    config: CbsimConfig,
+    engine: str,
+    *,
+    cpu_emulation: bool = False,
+    model: torch.nn.Module | None = None,
+) -> RunResult:
+    """Run one engine. cpu_emulation (tests only): on a CPU, run the async loop's order (batch
+    N+1 built before N's tokens, placeholders filled by the carry-over) and the padded graph
+    buckets eagerly, with no streams and no overlap, so that logic is checked without CUDA.
+    model: an already built transformers model to use (benchmarks share one between engines);
+    its attention is switched to the runtime's paged attention."""
+    device = check_device(config, engine, cpu_emulation)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # events, anchors and graphs all on this one device
     w = config.workload

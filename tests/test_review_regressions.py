@@ -57,3 +57,31 @@ def test_a_rerun_that_fails_leaves_no_stale_metrics_of_the_old_config(tmp_path):
     (job,) = collect_jobs(tmp_path)
     assert "workload.gen_len=8" in job.overrides
     assert job.status != FINISHED
+
+
+def test_runtime_compare_on_a_cpu_fails_before_the_sync_run(tmp_path):
+    # engine=compare on mode.device=cpu ran the whole sync half first (minutes for a real
+    # workload) and only then refused the async half, which needs CUDA: "a wrong value fails
+    # before anything runs".
+    import pytest
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.conftest import run_cli
+
+    run_dir = tmp_path / "job"
+    r = run_cli(
+        [
+            "mode=runtime",
+            "mode.device=cpu",
+            "model=tiny",
+            "engine=compare",
+            "workload.batch_size=2",
+            "workload.gen_len=4",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "needs CUDA" in r.stderr
+    assert not list(run_dir.glob("trace*")), "nothing may run on a config that cannot finish"
