@@ -84,14 +84,24 @@ def make_requests(workload: WorkloadConfig, vocab_size: int) -> list[Request]:
 
 
 def check_requests_fit(
-    requests: Iterable[Request], max_context: int, kv_capacity_tokens: int
+    requests: Iterable[Request],
+    max_context: int,
+    kv_capacity_tokens: int,
+    max_prompt_tokens: int | None = None,
 ) -> None:
     """Raise a ValueError naming the first request that could never run: prompt +
     max_new_tokens over the model's context (``model.max_position_embeddings``, counted the
     usual way), or more KV entries than the whole cache holds (prompt + max_new_tokens - 1: the
-    last output is never fed back, exactly what the scheduler allocates). Both back ends call
-    this before anything starts."""
+    last output is never fed back, exactly what the scheduler allocates), or (when
+    ``max_prompt_tokens`` is given: ``workload.max_batch_tokens`` with chunked prefill off) a
+    prompt that never fits one step. Both back ends call this before anything starts."""
     for r in requests:
+        if max_prompt_tokens is not None and r.prompt_len > max_prompt_tokens:
+            raise ValueError(
+                f"request {r.rid}: prompt {r.prompt_len} tokens exceeds workload.max_batch_tokens="
+                f"{max_prompt_tokens} with workload.chunked_prefill=false; allowed: a larger "
+                "max_batch_tokens, chunked_prefill=true or shorter prompts"
+            )
         total = r.prompt_len + r.max_new_tokens
         if total > max_context:
             raise ValueError(

@@ -61,10 +61,13 @@ def check_vocab(requests: list[Request], vocab_size: int) -> None:
             )
 
 
-def fits(requests: list[Request], max_context: int, kv_tokens: int) -> None:
-    """Every request fits the model context and the KV cache, else a ConfigError naming it."""
+def fits(
+    requests: list[Request], max_context: int, kv_tokens: int, max_prompt: int | None = None
+) -> None:
+    """Every request fits the model context and the KV cache (and, with chunked prefill off,
+    one step's token budget), else a ConfigError naming it."""
     try:
-        check_requests_fit(requests, max_context, kv_tokens)
+        check_requests_fit(requests, max_context, kv_tokens, max_prompt)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -149,7 +152,12 @@ def execute(
     w = config.workload
     requests = make_requests(w, config.model.vocab_size)
     num_blocks = default_num_kv_blocks(w, requests)
-    fits(requests, config.model.max_position_embeddings, num_blocks * w.kv_block_size)
+    fits(
+        requests,
+        config.model.max_position_embeddings,
+        num_blocks * w.kv_block_size,
+        None if w.chunked_prefill else w.max_batch_tokens,
+    )
     check_vocab(requests, config.model.vocab_size)
     is_async = engine == "async"
     max_context = max(r.prompt_len + r.max_new_tokens for r in requests)

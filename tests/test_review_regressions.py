@@ -85,3 +85,59 @@ def test_runtime_compare_on_a_cpu_fails_before_the_sync_run(tmp_path):
     assert r.returncode == 2, r.stderr[-2000:]
     assert "needs CUDA" in r.stderr
     assert not list(run_dir.glob("trace*")), "nothing may run on a config that cannot finish"
+
+
+def _drawn_prompt_over_budget(mode: list[str], tmp_path):
+    from tests.conftest import run_cli
+
+    return run_cli(
+        [
+            *mode,
+            "model=tiny",
+            "workload.batch_size=4",
+            "workload.gen_len=4",
+            "workload.prompt_len=256",
+            "workload.prompt_dist=lognormal",
+            "workload.prompt_spread=1.0",
+            "workload.chunked_prefill=false",
+            "workload.max_batch_tokens=300",
+            f"hydra.run.dir={tmp_path / 'job'}",
+        ],
+        cwd=tmp_path,
+    )
+
+
+def test_sim_request_that_can_never_run_is_a_config_error_not_a_traceback(tmp_path):
+    # A drawn prompt over max_batch_tokens with chunked_prefill off, or a request over the KV
+    # cache, raised a bare ValueError in the simulator: a traceback and exit 1, where the runtime
+    # (and the README) give "cbsim: config error: ..." and exit 2.
+    r = _drawn_prompt_over_budget([], tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "cbsim: config error" in r.stderr and "max_batch_tokens" in r.stderr
+    assert "Traceback" not in r.stderr
+    from tests.conftest import run_cli
+
+    r = run_cli(
+        [
+            "model=tiny",
+            "workload.batch_size=2",
+            "workload.prompt_len=16",
+            "workload.gen_len=18",
+            "workload.kv_num_blocks=2",
+            f"hydra.run.dir={tmp_path / 'kv'}",
+        ],
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "KV cache capacity" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_runtime_prompt_over_the_budget_fails_before_the_model_is_built(tmp_path):
+    import pytest
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    r = _drawn_prompt_over_budget(["mode=runtime", "mode.device=cpu", "engine=sync"], tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "cbsim: config error" in r.stderr and "max_batch_tokens" in r.stderr
+    assert "Traceback" not in r.stderr

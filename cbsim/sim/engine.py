@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig, EngineConfig
 from cbsim.costs import CostModel, ForwardCost
 from cbsim.scheduler import Batch, Scheduler, default_num_kv_blocks
@@ -72,7 +73,15 @@ class SimEngine:
         self.sampler = Sampler(self.requests, w.ignore_eos, config.model.vocab_size, w.batch_size)
         requests = self.sampler.scheduler_requests(self.requests, max_context)
         kv_blocks = default_num_kv_blocks(w, requests)
-        check_requests_fit(requests, max_context, kv_blocks * w.kv_block_size)
+        try:
+            check_requests_fit(
+                requests,
+                max_context,
+                kv_blocks * w.kv_block_size,
+                None if w.chunked_prefill else w.max_batch_tokens,
+            )
+        except ValueError as exc:  # a drawn request that can never run: the config's fault
+            raise ConfigError(str(exc)) from None
         self.sched = Scheduler(w, kv_blocks, eos_token_id=self.sampler.eos_id)
         self.sched.add_all(requests)
         self.device = Device(engine.streams)
