@@ -141,3 +141,29 @@ def test_runtime_prompt_over_the_budget_fails_before_the_model_is_built(tmp_path
     assert r.returncode == 2, r.stderr[-2000:]
     assert "cbsim: config error" in r.stderr and "max_batch_tokens" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_eos_on_with_the_kv_cache_exactly_at_the_limit_runs():
+    # With EOS on the simulator lets each request one more token than its drawn length (a server
+    # cannot know where EOS falls), but only "where the context has room for it": a cache
+    # sized exactly for the longest request (prompt + gen_len - 1 entries) was refused, naming a
+    # max_new_tokens the user never set, while the same run with EOS off fits.
+    from cbsim.metrics import compute_metrics
+
+    for engine in ("sync", "async"):
+        cfg = make(
+            "tiny",
+            engine={"name": engine},
+            batch_size=2,
+            prompt_len=16,
+            gen_len=17,
+            kv_block_size=16,
+            kv_num_blocks=2,
+            ignore_eos=False,
+        )
+        trace = run(cfg, engine)
+        m = compute_metrics(trace)
+        assert m["requests_finished"] == 2
+        assert m["generated_tokens"] == 2 * 17
+        fin = trace.instants[trace.instants.name == "finish"]
+        assert (fin["tokens"] == 17).all()

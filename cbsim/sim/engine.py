@@ -71,7 +71,8 @@ class SimEngine:
         )
         max_context = config.model.max_position_embeddings
         self.sampler = Sampler(self.requests, w.ignore_eos, config.model.vocab_size, w.batch_size)
-        requests = self.sampler.scheduler_requests(self.requests, max_context)
+        cache = None if w.kv_num_blocks is None else w.kv_num_blocks * w.kv_block_size
+        requests = self.sampler.scheduler_requests(self.requests, max_context, cache)
         kv_blocks = default_num_kv_blocks(w, requests)
         try:
             check_requests_fit(

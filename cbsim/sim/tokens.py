@@ -34,14 +34,20 @@ class Sampler:
         for r in requests:
             self.length[r.rid] = r.max_new_tokens
 
-    def scheduler_requests(self, requests: list[Request], max_context: int) -> list[Request]:
+    def scheduler_requests(
+        self, requests: list[Request], max_context: int, kv_capacity_tokens: int | None = None
+    ) -> list[Request]:
         """The requests as the scheduler sees them: with EOS on, one more token allowed (where
-        the context has room for it)."""
+        the context, and the KV cache of ``kv_capacity_tokens`` when it is fixed, have room for
+        it: the extra token's KV entries are prompt + max_new_tokens)."""
         if self.eos_id is None:
             return requests
+        room = max_context - 1
+        if kv_capacity_tokens is not None:
+            room = min(room, kv_capacity_tokens)
         return [
             dataclasses.replace(r, max_new_tokens=r.max_new_tokens + 1)
-            if r.prompt_len + r.max_new_tokens < max_context
+            if r.prompt_len + r.max_new_tokens <= room
             else r
             for r in requests
         ]
