@@ -106,7 +106,28 @@ def compute_metrics(trace: Trace) -> dict[str, Any]:
     for key in ("io_buffer_bytes", "graph_pool_bytes", "graph_pool_bytes_unshared"):
         out[key] = memory.get(key)
     out.update(_bandwidth_metrics(forwards, trace.other_data.get("config")))
+    counts = trace.other_data.get("counters")
+    if spans.empty and isinstance(counts, dict) and counts.get("steps"):
+        out.update(_untraced_metrics(counts))
     return out
+
+
+def _untraced_metrics(counts: dict[str, Any]) -> dict[str, Any]:
+    """A runtime run with tracing off records no spans, only its counters (otherData.counters):
+    the counts and the wall time come from them; the shares nothing measured are NaN, not 0."""
+    wall = float(counts.get("wall_s") or 0.0)
+    steps = int(counts["steps"])
+    tokens = int(counts.get("generated_tokens") or 0)
+    return {
+        "total_time_s": wall,
+        "steps": steps,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / wall if wall > 0 else None,
+        "step_time_ms_mean": 1e3 * wall / steps,
+        "gpu_busy_fraction": math.nan,
+        "gpu_idle_fraction": math.nan,
+        "cpu_blocked_fraction": math.nan,
+    }
 
 
 def weight_bytes_read_per_step(model: dict[str, Any]) -> float:

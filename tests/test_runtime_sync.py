@@ -288,3 +288,20 @@ def test_eos_counts_only_the_tokens_kept(config_factory, engine):
     assert len(result.outputs[0]) == 4 and result.outputs[0][-1] == eos
     assert result.summary["generated_tokens"] == kept
     assert compute_metrics(result.trace)["generated_tokens"] == kept
+
+
+def test_metrics_of_an_untraced_run_are_its_counts_not_zeros(config_factory):
+    """mode.tracing=false: metrics.json said 0 steps, 0 tokens, 0 s and GPU idle 0.00% (a claim
+    nothing measured); the counts come from the run's own counters, the shares are NaN."""
+    import math
+
+    from cbsim.metrics import compute_metrics
+
+    config = config_factory(BASE + CASES["poisson"] + ["mode.tracing=false"])
+    result = execute(config, "sync")
+    m = compute_metrics(result.trace)
+    assert m["steps"] == result.summary["steps"] > 0
+    assert m["generated_tokens"] == 6 * 8
+    assert m["total_time_s"] == pytest.approx(result.summary["wall_s"])
+    assert m["tokens_per_s"] == pytest.approx(6 * 8 / result.summary["wall_s"])
+    assert math.isnan(m["gpu_idle_fraction"]) and math.isnan(m["cpu_blocked_fraction"])
