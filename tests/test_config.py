@@ -63,6 +63,9 @@ BAD_VALUES = [
     (["hardware.host.prepare.fixed_us=-1"], "hardware.host.prepare.fixed_us"),
     (["task=train"], "allowed values: run, calibrate, validate"),
     (["mode.attention=magic"], "mode.attention"),
+    # accepted by the config, then a traceback from the runtime after the model was built
+    (["mode.attention=flex"], "allowed values: auto, torch, triton"),
+    (["mode=runtime", "mode.device=cpu", "mode.attention=triton"], "mode.attention=triton"),
 ]
 
 

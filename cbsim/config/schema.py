@@ -44,7 +44,12 @@ class ModeConfig:
 
     def __post_init__(self) -> None:
         check_choice("mode.name", self.name, MODES)
-        check_choice("mode.attention", self.attention, ("auto", "torch", "triton", "flex"))
+        # (no "flex": the runtime implements none; it refused it only after building the model)
+        check_choice("mode.attention", self.attention, ("auto", "torch", "triton"))
+        if self.name == "runtime" and self.attention == "triton" and self.device.startswith("cpu"):
+            raise ConfigError(
+                "mode.attention=triton needs CUDA; allowed with mode.device=cpu: torch or auto"
+            )
         check_range("mode.warmup_steps", self.warmup_steps, 0, 1000)
 
 
