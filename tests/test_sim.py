@@ -368,3 +368,16 @@ def test_per_block_host_costs_grow_with_the_context():
         b = spans(plain, S.HOST, name).set_index("step")
         blocks = a.kv_tokens // cfg.workload.kv_block_size + a.requests
         assert (a.dur - b.dur).to_numpy() == pytest.approx(per * blocks.to_numpy(), abs=1e-3)
+
+
+def test_device_memory_fit_is_reported():
+    """A what-if larger than the device still runs, and says it would not fit."""
+    from conftest import make_config
+
+    from cbsim.sim import run as simulate
+
+    small = ["workload.gen_len=4", "workload.batch_size=2", "engine=async"]
+    big = simulate(make_config(["model=llama3_70b", *small]), "async").other_data["memory"]
+    assert big["fits_device"] is False and big["device_bytes_needed"] > 141e9
+    ok = simulate(make_config(small), "async").other_data["memory"]
+    assert ok["fits_device"] is True

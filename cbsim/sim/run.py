@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 from typing import Any
 
 from cbsim.config.errors import ConfigError
@@ -12,6 +13,8 @@ from cbsim.sim.engine import SimEngine
 from cbsim.sim.host import LOOPS
 from cbsim.trace import Trace, TraceBuilder
 from cbsim.trace import schema as S
+
+log = logging.getLogger("cbsim.sim")
 
 
 def engine_config(config: CbsimConfig, engine: str) -> EngineConfig:
@@ -50,7 +53,17 @@ def run(config: CbsimConfig, engine: str) -> Trace:
     finally:
         if was_enabled:
             gc.enable()
-    trace.other_data["memory"] = memory(sim)
+    mem = trace.other_data["memory"] = memory(sim)
+    if not mem["fits_device"]:
+        # a what-if may exceed the device on purpose (llama3_70b on one H200): say so, run anyway
+        log.warning(
+            "%s engine: weights + KV cache + IO buffers + graph pool = %.1f GB exceed "
+            "hardware.memory_bytes=%.1f GB; this configuration would not fit one %s",
+            engine,
+            mem["device_bytes_needed"] / 1e9,
+            hw.memory_bytes / 1e9,
+            hw.name,
+        )
     trace.other_data["sim_counters"] = counters(sim)
     return trace.build()
 
@@ -64,7 +77,7 @@ def memory(sim: SimEngine) -> dict[str, Any]:
     pool = costs.graph_pool_bytes_per_slot(w.batch_size) if eng.cuda_graphs else 0
     largest = costs.graph_size(w.batch_size) or costs.graph_sizes[-1]
     sizes = [s for s in costs.graph_sizes if s <= largest]
-    return {
+    out = {
         "io_slots": eng.io_slots,
         "io_buffer_bytes_per_slot": per_slot,
         "io_buffer_bytes": per_slot * eng.io_slots,
@@ -77,6 +90,10 @@ def memory(sim: SimEngine) -> dict[str, Any]:
         * sim.config.model.kv_bytes_per_token,
         "weight_bytes": sim.config.model.weight_bytes,
     }
+    needed = out["weight_bytes"] + out["kv_cache_bytes"] + out["io_buffer_bytes"] + pool
+    out["device_bytes_needed"] = needed
+    out["fits_device"] = bool(needed <= sim.config.hardware.memory_bytes)
+    return out
 
 
 def counters(sim: SimEngine) -> dict[str, Any]:
