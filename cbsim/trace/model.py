@@ -8,9 +8,16 @@ from typing import Any
 
 import pandas as pd
 
-from cbsim.trace import schema as S
-
-SPAN_COLUMNS = ["lane", "name", "cat", "ts", "dur", "end", *S.SPAN_ARGS, "new_tokens"]
+STANDARD_ARG_DEFAULTS: dict[str, Any] = {
+    "step": -1,
+    "slot": -1,
+    "requests": 0,
+    "query_tokens": 0,
+    "kv_tokens": 0,
+    "kind": "",
+    "new_tokens": 0,
+}
+SPAN_COLUMNS = ["lane", "name", "cat", "ts", "dur", "end", *STANDARD_ARG_DEFAULTS]
 
 
 @dataclass
@@ -35,30 +42,30 @@ class Trace:
     @cached_property
     def spans(self) -> pd.DataFrame:
         """One row per complete event: lane, name, cat, ts, dur, end and the standard args."""
+        return self.span_frame()
+
+    def span_frame(self, extra_args: dict[str, Any] | None = None) -> pd.DataFrame:
+        """The span table with further args as columns (name -> value when a span lacks it)."""
         lane_of = self.lane_of
+        defaults = {**STANDARD_ARG_DEFAULTS, **(extra_args or {})}
         rows = []
         for e in self.events:
             if e.get("ph") != "X":
                 continue
             a = e.get("args", {})
+            ts, dur = float(e["ts"]), float(e["dur"])
             rows.append(
                 (
                     lane_of.get((e["pid"], e["tid"]), "?"),
                     e["name"],
                     e.get("cat", ""),
-                    e["ts"],
-                    e["dur"],
-                    e["ts"] + e["dur"],
-                    a.get("step", -1),
-                    a.get("slot", -1),
-                    a.get("requests", 0),
-                    a.get("query_tokens", 0),
-                    a.get("kv_tokens", 0),
-                    a.get("kind", ""),
-                    a.get("new_tokens", 0),
+                    ts,
+                    dur,
+                    ts + dur,
+                    *(a.get(k, d) for k, d in defaults.items()),
                 )
             )
-        return pd.DataFrame(rows, columns=SPAN_COLUMNS)
+        return pd.DataFrame(rows, columns=[*SPAN_COLUMNS[:6], *defaults])
 
     @cached_property
     def instants(self) -> pd.DataFrame:

@@ -24,17 +24,6 @@ from cbsim.trace import schema as S
 
 # the repository (or installed package parent): relative trace paths are tried against it too
 REPO = Path(cbsim.__file__).resolve().parents[1]
-ARG_COLUMNS = (
-    "step",
-    "slot",
-    "requests",
-    "query_tokens",
-    "kv_tokens",
-    "kind",
-    "new_tokens",
-    "bytes",
-    "carry_over_us",
-)
 
 
 RECORDINGS = REPO / "experiments" / "runtime"
@@ -305,25 +294,8 @@ def hardware_from(data: dict[str, Any]) -> HardwareConfig:
 
 
 def span_table(trace: Trace) -> pd.DataFrame:
-    """One row per span with every standard arg plus ``new_tokens`` and ``bytes``."""
-    lane_of = trace.lane_of
-    rows = []
-    for e in trace.events:
-        if e.get("ph") != "X":
-            continue
-        a = e.get("args", {})
-        rows.append(
-            (
-                lane_of.get((e["pid"], e["tid"]), "?"),
-                e["name"],
-                float(e["ts"]),
-                float(e["dur"]),
-                *(a.get(k, d) for k, d in zip(ARG_COLUMNS, (-1, -1, 0, 0, 0, "", 0, None, None))),
-            )
-        )
-    df = pd.DataFrame(rows, columns=["lane", "name", "ts", "dur", *ARG_COLUMNS])
-    df["end"] = df["ts"] + df["dur"]
-    return df
+    """The trace's span table plus the args calibration reads: copy ``bytes``, ``carry_over_us``."""
+    return trace.span_frame({"bytes": None, "carry_over_us": None})
 
 
 def gpu_lane(spans: pd.DataFrame) -> str:
