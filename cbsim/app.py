@@ -27,22 +27,27 @@ METRICS_FILE = "metrics.json"
 JOB_CONFIG_FILE = "job_config.json"
 
 
-def _backend(mode: str):
-    if mode == "sim":
-        from cbsim.sim import run
-    else:
-        try:
-            from cbsim.runtime import run
-        except ImportError as exc:
-            raise ConfigError(
-                f"mode=runtime needs the runtime extra (torch, transformers): {exc}; install with "
-                "pip install 'cbsim[runtime]', or use mode=sim"
-            ) from None
-    return run
-
-
 def engines_of(config: CbsimConfig) -> list[str]:
     return ["sync", "async"] if config.engine.name == "compare" else [config.engine.name]
+
+
+def _backend(config: CbsimConfig):
+    """The back end's run(config, engine); for the runtime, checked for every engine up front."""
+    if config.mode.name == "sim":
+        from cbsim.sim import run
+
+        return run
+    try:
+        from cbsim.runtime import run
+        from cbsim.runtime.engine import check_device
+    except ImportError as exc:
+        raise ConfigError(
+            f"mode=runtime needs the runtime extra (torch, transformers): {exc}; install with "
+            "pip install 'cbsim[runtime]', or use mode=sim"
+        ) from None
+    for engine in engines_of(config):  # e.g. async on a CPU fails before sync has run
+        check_device(config, engine)
+    return run
 
 
 def trace_name(engine: str, single: bool, gzip: bool) -> str:
@@ -70,18 +75,8 @@ def finished_result(run_dir: Path, job_config: dict[str, Any]) -> dict[str, Any]
 
 def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Run each engine, write its trace, and return the metrics object written to metrics.json."""
-    backend = _backend(config.mode.name)
+    backend = _backend(config)
     engines = engines_of(config)
-    if config.mode.name == "runtime":  # every engine can run here, before any runs
-        try:
-            from cbsim.runtime.engine import check_device
-        except ImportError as exc:
-            raise ConfigError(
-                f"mode=runtime needs the runtime extra (torch, transformers): {exc}; install "
-                "with pip install 'cbsim[runtime]', or use mode=sim"
-            ) from None
-        for engine in engines:
-            check_device(config, engine)
     runs: dict[str, tuple[Trace, dict[str, Any]]] = {}
     for engine in engines:
         log.info("running %s engine in %s mode", engine, config.mode.name)
