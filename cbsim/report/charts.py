@@ -136,38 +136,26 @@ def stacked_steps_figure(runs: list[RunFrames]) -> go.Figure:
     for i, (r, b) in enumerate(zip(runs, binned), start=1):
         label = [f"{a}" if a == z else f"{a}-{z}" for a, z in zip(b["first"], b["last"])]
         x = b["first"].to_numpy(int)
-        fig.add_trace(
-            go.Bar(
-                x=x,
-                y=b["gpu_ms"].to_numpy(float),
-                name="GPU busy",
-                marker_color=GPU_COLOR,
-                customdata=label,
-                showlegend=i == 1,
-                legendgroup="gpu",
-                marker_line_width=0,
-                hovertemplate="steps %{customdata}: GPU %{y:.3f} ms<extra>" + r.engine + "</extra>",
-            ),
-            row=i,
-            col=1,
-        )
-        fig.add_trace(
-            go.Bar(
-                x=x,
-                y=b["exposed_ms"].to_numpy(float),
-                name="CPU exposed (GPU idle)",
-                marker_color=EXPOSED_COLOR,
-                customdata=label,
-                showlegend=i == 1,
-                legendgroup="exposed",
-                marker_line_width=0,
-                hovertemplate="steps %{customdata}: exposed %{y:.3f} ms<extra>"
-                + r.engine
-                + "</extra>",
-            ),
-            row=i,
-            col=1,
-        )
+        for column, name, color, group, what in (
+            ("gpu_ms", "GPU busy", GPU_COLOR, "gpu", "GPU"),
+            ("exposed_ms", "CPU exposed (GPU idle)", EXPOSED_COLOR, "exposed", "exposed"),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=b[column].to_numpy(float),
+                    name=name,
+                    marker_color=color,
+                    customdata=label,
+                    showlegend=i == 1,
+                    legendgroup=group,
+                    marker_line_width=0,
+                    hovertemplate=f"steps %{{customdata}}: {what} %{{y:.3f}} ms"
+                    f"<extra>{r.engine}</extra>",
+                ),
+                row=i,
+                col=1,
+            )
         fig.update_yaxes(title_text="ms", rangemode="tozero", row=i, col=1)
     fig.update_xaxes(title_text="step", row=len(runs), col=1)
     fig.update_layout(
