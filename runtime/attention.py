@@ -22,8 +22,16 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ATTN_NAME = "cbsim_paged"
+# The prefill chunks' SDPA backends: not cuDNN, which torch picks first on Hopper and which
+# builds an execution plan per new shape (query rows x KV length): in continuous batching every
+# mixed step has a new shape, and the plan builds made eager steps 2-3x slower on the host the
+# first time a shape came (h200_run6: sync launches 70-100 ms against 31-37 ms for the same
+# batches in the async run that followed; experiments/runtime/README.md). The memory-efficient
+# kernel takes the causal-prefix mask without a per-shape plan.
+PREFILL_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 # paged_decode_attention(q[B,Hq,D], k_cache, v_cache, block_tables[B,W] int32,
 #                        context_lens[B] int32, scale) -> out[B,Hq,D]
@@ -106,9 +114,10 @@ def prefill_torch(
     # each query row repeated for its G heads (expand + reshape: no host sync, unlike
     # repeat_interleave, which may read the output size back from the device)
     mask = mask[:, :, None, :].expand(bp, qm, g, s).reshape(bp, qm * g, s)[:, None]
-    out = F.scaled_dot_product_attention(
-        qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
-    )
+    with sdpa_kernel(PREFILL_BACKENDS):
+        out = F.scaled_dot_product_attention(
+            qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
+        )
     return out.view(bp, hkv, qm, g, dim).permute(0, 2, 1, 3, 4).reshape(bp, qm, hq, dim)
 
 

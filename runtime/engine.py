@@ -268,6 +268,8 @@ def warm_up(runner: ModelRunner, streams: Streams, steps: int, prefill_tokens: i
     )
     ctx = torch.cuda.stream(streams.compute) if streams.cuda else _null()
     with ctx:
+        if runner.decode_kernel is not None:
+            compile_decode_variants(runner)
         for _ in range(steps):
             for flat, layout in ((dec_flat, dec), (pre_flat, pre)):
                 slot = runner.slots[0]
@@ -275,6 +277,24 @@ def warm_up(runner: ModelRunner, streams: Streams, steps: int, prefill_tokens: i
                 runner.step_body(slot, layout)
     if streams.cuda:
         torch.cuda.synchronize()
+
+
+def compile_decode_variants(runner: ModelRunner) -> None:
+    """Run the decode kernel once per variant an eager step can reach (mixed steps: any number
+    of decode rows up to the batch, any table width up to the longest request), so no Triton
+    compile lands inside the timed loop."""
+    from cbsim.runtime.kernels.paged_attention import compiled_variants
+
+    cache, s = runner.cache, runner.shape
+    kc, vc = cache.k[0], cache.v[0]
+    hq = s["num_heads"]
+    for rows, width in compiled_variants(
+        runner.max_outputs, s["num_kv_heads"], runner.graph_width, runner.block_size
+    ):
+        q = torch.zeros(rows, hq, s["head_dim"], dtype=kc.dtype, device=runner.device)
+        bt = torch.full((rows, width), cache.scratch_block, dtype=torch.int32, device=runner.device)
+        ctx = torch.ones(rows, dtype=torch.int32, device=runner.device)
+        runner.decode_kernel(q, kc, vc, bt, ctx, 1.0)
 
 
 class _null:

@@ -47,6 +47,34 @@ CASES = {
         "workload.gen_len=256",
         "workload.max_batch_tokens=8192",
     ],
+    # cross-shape validation (h200_run6): a mid batch at a longer generation
+    "batch_16_2048": [
+        "model=llama3_8b",
+        "workload.batch_size=16",
+        "workload.prompt_len=512",
+        "workload.gen_len=2048",
+    ],
+    # a batch twice the seed's: more rows per GEMM, twice the live KV
+    "batch_64": [
+        "model=llama3_8b",
+        "workload.batch_size=64",
+        "workload.prompt_len=256",
+        "workload.gen_len=1024",
+    ],
+    # continuous batching proper: three waves of requests of spread lengths through 32 seats,
+    # prefill chunks mixed into decode steps (eager) all along
+    "continuous": [
+        "model=llama3_8b",
+        "workload.batch_size=32",
+        "workload.num_requests=96",
+        "workload.prompt_len=512",
+        "workload.prompt_dist=lognormal",
+        "workload.prompt_spread=0.5",
+        "workload.gen_len=512",
+        "workload.gen_dist=uniform",
+        "workload.gen_spread=0.5",
+        "workload.max_batch_tokens=2048",
+    ],
     # the seed shape at 512 new tokens: the tracing-overhead measurement (--overhead)
     "seed_512": [*SEED, "workload.gen_len=512"],
     # the tiny model (a smoke test of the recorder itself)

@@ -208,6 +208,35 @@ def pick_partition(batch: int, kv_heads: int, max_ctx: int, block_n: int = DEFAU
     return max(partition, MIN_PARTITION, block_n)
 
 
+def compiled_variants(
+    max_rows: int, kv_heads: int, max_width: int, block_size: int
+) -> list[tuple[int, int]]:
+    """One (rows, table width) per kernel variant Triton compiles for batches of up to
+    ``max_rows`` requests and tables up to ``max_width`` blocks: the constexprs (tile, partition,
+    one partition or several, the reduce's padded split count) and the integer arguments
+    Triton specialises (equal to 1, divisible by 16: the table stride and the split count).
+    Eager mixed steps reach many of them; compiling one mid-run costs 0.1-1 s (h200_run6),
+    so the runtime's warm-up runs each once."""
+    seen: dict[tuple, tuple[int, int]] = {}
+    for rows in range(1, max_rows + 1):
+        for width in range(1, max_width + 1):
+            max_ctx = width * block_size
+            tile = pick_tile(max_ctx)
+            partition = pick_partition(rows, kv_heads, max_ctx, tile)
+            splits = max(1, -(-max_ctx // partition))
+            key = (
+                tile,
+                partition,
+                splits == 1,
+                triton_next_pow2(splits),
+                splits % 16 == 0,
+                width == 1,
+                width % 16 == 0,
+            )
+            seen.setdefault(key, (rows, width))
+    return sorted(seen.values())
+
+
 def triton_next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
