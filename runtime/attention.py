@@ -8,8 +8,9 @@ paged cache, then attends over the cache:
 - decode group (requests with one query token): a paged decode kernel when one is selected (the
   Triton kernel in runtime/kernels/), else the torch reference (gather the request's blocks, SDPA
   with a context-length mask);
-- prefill group (more than one query token, a prompt chunk after a cached prefix): the torch
-  reference, SDPA over the gathered blocks with a causal mask offset by the cached prefix.
+- prefill group (more than one query token): when every chunk starts a prompt, causal SDPA over
+  the chunks' own keys (flash: no gather, no mask); else (a chunk after a cached prefix) SDPA
+  over the gathered blocks with a causal mask offset by the cached prefix.
 
 Everything here runs on device tensors only (no host syncs), so a decode-only forward can be
 captured in a CUDA graph.
@@ -56,6 +57,7 @@ class AttnMeta:
     pre_start: torch.Tensor | None = None  # [Bp]
     pre_bt: torch.Tensor | None = None  # [Bp, Wp]
     pre_qmax: int = 0  # longest query in the group (host int: shapes are static per step)
+    pre_fresh: bool = False  # every chunk starts at position 0 (host bool)
     decode_kernel: DecodeKernel | None = None
     _derived: dict = field(default_factory=dict)
 
@@ -121,6 +123,27 @@ def prefill_torch(
     return out.view(bp, hkv, qm, g, dim).permute(0, 2, 1, 3, 4).reshape(bp, qm, hq, dim)
 
 
+def prefill_fresh(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttnMeta, scale: float
+) -> torch.Tensor:
+    """Chunks with no cached prefix: q/k/v [T, H, D] -> [Bp, Qmax, Hq, D], causal attention over
+    each chunk's own keys (flash; padded rows sit after the valid ones, so no mask is needed)."""
+    q_idx = meta._derived["pre_q_idx"]
+    bp, qm = q_idx.shape
+    hq, dim = q.shape[1:]
+    hkv = k.shape[1]
+    qs = q[q_idx].transpose(1, 2)  # [Bp, Hq, Qm, D]
+    ks, vs = (t[q_idx].transpose(1, 2) for t in (k, v))  # [Bp, Hkv, Qm, D]
+    if hkv != hq:  # grouped-query attention: each kv head serves hq // hkv query heads
+        ks, vs = (
+            t[:, :, None].expand(bp, hkv, hq // hkv, qm, dim).reshape(bp, hq, qm, dim)
+            for t in (ks, vs)
+        )
+    with sdpa_kernel(PREFILL_BACKENDS):
+        out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)
+    return out.transpose(1, 2)
+
+
 def _decode(q: torch.Tensor, layer: int, meta: AttnMeta, scale: float) -> torch.Tensor:
     cache = meta.cache
     kc, vc = cache.k[layer], cache.v[layer]
@@ -156,7 +179,11 @@ def paged_attention_forward(
     if meta.dec_tok is not None:
         out.index_copy_(0, meta.dec_tok, _decode(q[meta.dec_tok], layer, meta, scale))
     if meta.pre_tok is not None:
-        pre = prefill_torch(q, meta.cache.k[layer], meta.cache.v[layer], meta, scale)
+        if meta.pre_fresh:
+            k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
+            pre = prefill_fresh(q, k, v, meta, scale)
+        else:
+            pre = prefill_torch(q, meta.cache.k[layer], meta.cache.v[layer], meta, scale)
         out.index_copy_(0, meta._derived["pre_out_idx"], pre.reshape(-1, hq, dim))
     return out[:t].unsqueeze(0), None
 

@@ -263,15 +263,18 @@ def warm_up(runner: ModelRunner, streams: Streams, steps: int, prefill_tokens: i
     rows = runner.max_outputs
     dec = empty_decode_layout(rows, runner.graph_width, runner.carry_len)
     dec_flat = dummy_decode(dec, runner.cache.scratch_block, runner.block_size)
-    pre_flat, pre = dummy_prefill(
-        prefill_tokens, runner.block_size, runner.cache.scratch_block, runner.carry_len
-    )
+    prefills = [
+        dummy_prefill(
+            prefill_tokens, runner.block_size, runner.cache.scratch_block, runner.carry_len, fresh
+        )
+        for fresh in (True, False)
+    ]
     ctx = torch.cuda.stream(streams.compute) if streams.cuda else _null()
     with ctx:
         if runner.decode_kernel is not None:
             compile_decode_variants(runner)
         for _ in range(steps):
-            for flat, layout in ((dec_flat, dec), (pre_flat, pre)):
+            for flat, layout in ((dec_flat, dec), *prefills):
                 slot = runner.slots[0]
                 slot.dev_in[: flat.size].copy_(torch.from_numpy(flat).to(runner.device))
                 runner.step_body(slot, layout)

@@ -42,6 +42,9 @@ class Layout:
     num_sample: int
     all_decode: bool
     pre_qmax: int
+    # every prompt chunk starts at position 0 (no cached prefix): causal attention over the
+    # chunk's own keys, no cache gather, no mask (runtime/attention.py)
+    pre_fresh: bool = False
 
     def views(self, buf: torch.Tensor) -> dict[str, torch.Tensor | None]:
         out: dict[str, torch.Tensor | None] = {}
@@ -57,13 +60,14 @@ def make_layout(
     num_sample: int,
     all_decode: bool,
     pre_qmax: int,
+    pre_fresh: bool = False,
 ) -> Layout:
     offsets, off = [], 0
     for name in SECTIONS:
         shape = sizes.get(name, (0,))
         offsets.append((name, off, shape))
         off += math.prod(shape)
-    return Layout(tuple(offsets), off, num_tokens, num_sample, all_decode, pre_qmax)
+    return Layout(tuple(offsets), off, num_tokens, num_sample, all_decode, pre_qmax, pre_fresh)
 
 
 def pack(
@@ -111,7 +115,7 @@ def pack(
         "logits_idx": logits_idx,
         "carry": carry_arr,
     }
-    pre_qmax = 0
+    pre_qmax, pre_fresh = 0, False
     if all_decode:
         parts.update(dec_tok=np.arange(b, dtype=np.int64), dec_ctx=ctx, dec_bt=bt)
     else:
@@ -119,6 +123,7 @@ def pack(
         dec, pre = np.flatnonzero(is_dec), np.flatnonzero(~is_dec)
         pw = -(-int(ctx[pre].max()) // bs)
         pre_qmax = int(q[pre].max())
+        pre_fresh = bool((batch.start_pos[pre] == 0).all())
         parts.update(
             dec_tok=tok_start[dec],
             dec_ctx=ctx[dec],
@@ -135,6 +140,7 @@ def pack(
         num_sample=int(batch.num_samples),
         all_decode=all_decode,
         pre_qmax=pre_qmax,
+        pre_fresh=pre_fresh,
     )
     flat = np.concatenate(
         [np.asarray(parts[k], dtype=np.int64).reshape(-1) for k in SECTIONS if k in parts]
@@ -214,9 +220,12 @@ def dummy_decode(layout: Layout, scratch_block: int, block_size: int) -> np.ndar
     return flat
 
 
-def dummy_prefill(tokens: int, block_size: int, scratch_block: int, carry_len: int):
+def dummy_prefill(
+    tokens: int, block_size: int, scratch_block: int, carry_len: int, fresh: bool = True
+):
     """One prompt chunk of `tokens` tokens that writes and reads only the scratch block (the
-    warm-up of the eager prefill path: library set-up, kernel choice, allocator growth)."""
+    warm-up of the eager prefill path: library set-up, kernel choice, allocator growth);
+    fresh=False takes the cached-prefix path."""
     width = -(-tokens // block_size)
     parts = {
         "input_ids": np.zeros(tokens, np.int64),
@@ -235,6 +244,7 @@ def dummy_prefill(tokens: int, block_size: int, scratch_block: int, carry_len: i
         num_sample=1,
         all_decode=False,
         pre_qmax=tokens,
+        pre_fresh=fresh,
     )
     flat = np.concatenate([parts[k].reshape(-1) for k in SECTIONS if k in parts])
     return flat, layout

@@ -183,6 +183,7 @@ class ModelRunner:
             pre_start=v["pre_start"],
             pre_bt=v["pre_bt"],
             pre_qmax=layout.pre_qmax,
+            pre_fresh=layout.pre_fresh,
             decode_kernel=self.decode_kernel,
         )
         meta.derive()

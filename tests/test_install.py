@@ -14,9 +14,21 @@ from conftest import REPO
 def test_non_editable_install_runs_from_anywhere(tmp_path):
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(REPO)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     assert (target / "cbsim" / "conf" / "config.yaml").is_file()
     assert (target / "cbsim" / "runtime" / "__init__.py").is_file()
@@ -25,12 +37,20 @@ def test_non_editable_install_runs_from_anywhere(tmp_path):
     work.mkdir()
     probe = subprocess.run(
         [sys.executable, "-c", "import cbsim.conf; print(cbsim.conf.__file__)"],
-        cwd=work, env=env, capture_output=True, text=True, check=True,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert probe.stdout.startswith(str(target))
     result = subprocess.run(
         [sys.executable, "-m", "cbsim", "--cfg", "job", "+experiment=long_seq"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=120,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "gen_len" in result.stdout

@@ -8,7 +8,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cbsim.config.schema import WorkloadConfig  # noqa: E402
-from cbsim.runtime.attention import AttnMeta, decode_torch, prefill_torch  # noqa: E402
+from cbsim.runtime.attention import (  # noqa: E402
+    AttnMeta,
+    decode_torch,
+    prefill_fresh,
+    prefill_torch,
+)
 from cbsim.runtime.io_slots import empty_decode_layout, pack, pack_decode_into  # noqa: E402
 from cbsim.runtime.kv_cache import PagedKVCache  # noqa: E402
 from cbsim.scheduler import Scheduler  # noqa: E402
@@ -80,6 +85,49 @@ def test_prefill_torch_attends_causally_after_the_cached_prefix():
         ref = naive(q[tok : tok + qlens[i]], k, v, 0.25, causal_offset=starts[i])
         torch.testing.assert_close(out[i, : qlens[i]], ref)
         tok += qlens[i]
+
+
+def test_prefill_fresh_is_causal_over_each_chunk_and_ignores_padding():
+    """Prompts from position 0: the no-gather path gives each valid query row what dense causal
+    attention over its own chunk gives (the padded rows of the shorter chunk are never read)."""
+    g = torch.Generator().manual_seed(1)
+    qlens = [5, 3]
+    t = sum(qlens)
+    q = torch.randn(t, 4, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(t, 2, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(t, 2, 8, generator=g, dtype=torch.float64)
+    meta = AttnMeta(
+        cache=None,
+        num_tokens=t,
+        slot_mapping=torch.zeros(t, dtype=torch.long),
+        pre_tok=torch.tensor([0, 5]),
+        pre_qlen=torch.tensor(qlens),
+        pre_start=torch.tensor([0, 0]),
+        pre_bt=torch.zeros(2, 1, dtype=torch.long),
+        pre_qmax=5,
+        pre_fresh=True,
+    )
+    meta.derive()
+    out = prefill_fresh(q, k, v, meta, 0.25)
+    assert out.shape == (2, 5, 4, 8)
+    tok = 0
+    for i, n in enumerate(qlens):
+        sl = slice(tok, tok + n)
+        ref = naive(q[sl], k[sl], v[sl], 0.25, causal_offset=0)
+        torch.testing.assert_close(out[i, :n], ref)
+        tok += n
+
+
+def test_pack_marks_prompt_chunks_from_position_zero_as_fresh():
+    w = WorkloadConfig(batch_size=2, prompt_len=12, gen_len=3, max_batch_tokens=16)
+    sched = Scheduler(w, 64)
+    sched.add_all(make_requests(w, 100))
+    first = sched.schedule()  # prompt 0 whole, prompt 1's first 4 tokens: both from 0
+    assert pack(first, 63, None, 0)[1].pre_fresh
+    sched.update(first, np.zeros(first.num_samples, dtype=np.int64))
+    second = sched.schedule()  # prompt 1's rest after its cached 4 tokens
+    assert second.query_tokens > second.num_decode
+    assert not pack(second, 63, None, 0)[1].pre_fresh
 
 
 def test_padded_decode_pack_has_the_graph_layout():
