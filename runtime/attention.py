@@ -8,9 +8,12 @@ paged cache, then attends over the cache:
 - decode group (requests with one query token): a paged decode kernel when one is selected (the
   Triton kernel in runtime/kernels/), else the torch reference (gather the request's blocks, SDPA
   with a context-length mask);
-- prefill group (more than one query token): when every chunk starts a prompt, causal SDPA over
-  the chunks' own keys (flash: no gather, no mask); else (a chunk after a cached prefix) SDPA
-  over the gathered blocks with a causal mask offset by the cached prefix.
+- prompt chunks from position 0 ("pre" group): causal SDPA over the chunks' own keys (flash: no
+  gather, no mask);
+- chunks after a cached prefix ("ext" group): SDPA over the gathered blocks with a causal mask
+  offset by the cached prefix. The two groups are padded to their own longest chunk: one
+  group padded a 2-token continuation to an 8189-token prompt and ran mask attention over
+  both, 3.2x the step's time (h200_run7 long_prompt, experiments/runtime/diag_prefill).
 
 Everything here runs on device tensors only (no host syncs), so a decode-only forward can be
 captured in a CUDA graph.
@@ -51,13 +54,16 @@ class AttnMeta:
     dec_bt: torch.Tensor | None = None  # [Bd, W]
     dec_ctx: torch.Tensor | None = None  # [Bd]
     all_decode: bool = False  # every token is a decode token, in order: dec_tok == arange(T)
-    # prefill group: first token index, query length, first position, block table row
+    # prompt chunks from position 0: first token index, query length
     pre_tok: torch.Tensor | None = None  # [Bp]
     pre_qlen: torch.Tensor | None = None  # [Bp]
-    pre_start: torch.Tensor | None = None  # [Bp]
-    pre_bt: torch.Tensor | None = None  # [Bp, Wp]
-    pre_qmax: int = 0  # longest query in the group (host int: shapes are static per step)
-    pre_fresh: bool = False  # every chunk starts at position 0 (host bool)
+    pre_qmax: int = 0  # longest chunk of the group (host int: shapes are static per step)
+    # chunks after a cached prefix: first token index, query length, first position, block table
+    ext_tok: torch.Tensor | None = None  # [Be]
+    ext_qlen: torch.Tensor | None = None  # [Be]
+    ext_start: torch.Tensor | None = None  # [Be]
+    ext_bt: torch.Tensor | None = None  # [Be, We]
+    ext_qmax: int = 0
     decode_kernel: DecodeKernel | None = None
     _derived: dict = field(default_factory=dict)
 
@@ -67,14 +73,20 @@ class AttnMeta:
         if self.dec_tok is not None and self.decode_kernel is not None:
             d["dec_bt32"] = self.dec_bt.to(torch.int32)
             d["dec_ctx32"] = self.dec_ctx.to(torch.int32)
-        if self.pre_tok is not None:
-            ar = torch.arange(self.pre_qmax, device=self.pre_tok.device)
-            valid = ar[None, :] < self.pre_qlen[:, None]
-            q_idx = self.pre_tok[:, None] + ar[None, :]
-            d["pre_q_idx"] = torch.where(valid, q_idx, 0)
+        for group in ("pre", "ext"):
+            tok, qlen, qmax = (getattr(self, f"{group}_{k}") for k in ("tok", "qlen", "qmax"))
+            if tok is None:
+                continue
+            ar = torch.arange(qmax, device=tok.device)
+            valid = ar[None, :] < qlen[:, None]
+            q_idx = tok[:, None] + ar[None, :]
+            d[f"{group}_q_idx"] = torch.where(valid, q_idx, 0)
             # padded query rows scatter into a dummy row T of the output
-            d["pre_out_idx"] = torch.where(valid, q_idx, self.num_tokens).reshape(-1)
-            d["pre_q_pos"] = torch.where(valid, self.pre_start[:, None] + ar[None, :], 0)
+            d[f"{group}_out_idx"] = torch.where(valid, q_idx, self.num_tokens).reshape(-1)
+        if self.ext_tok is not None:
+            ar = torch.arange(self.ext_qmax, device=self.ext_tok.device)
+            valid = ar[None, :] < self.ext_qlen[:, None]
+            d["ext_q_pos"] = torch.where(valid, self.ext_start[:, None] + ar[None, :], 0)
 
 
 def decode_torch(
@@ -103,13 +115,14 @@ def decode_torch(
 def prefill_torch(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
 ) -> torch.Tensor:
-    """q [T, Hq, D] -> [Bp, Qmax, Hq, D]: each chunk attends causally to its cached prefix."""
+    """q [T, Hq, D] -> [Be, Qmax, Hq, D]: each chunk attends causally to its cached prefix and
+    itself (the "ext" group: chunks after a cached prefix)."""
     d = meta._derived
-    q_idx, q_pos = d["pre_q_idx"], d["pre_q_pos"]
+    q_idx, q_pos = d["ext_q_idx"], d["ext_q_pos"]
     bp, qm = q_idx.shape
     hq, dim = q.shape[1:]
-    k = k_cache[meta.pre_bt].flatten(1, 2)  # [Bp, S, Hkv, D]
-    v = v_cache[meta.pre_bt].flatten(1, 2)
+    k = k_cache[meta.ext_bt].flatten(1, 2)  # [Be, S, Hkv, D]
+    v = v_cache[meta.ext_bt].flatten(1, 2)
     hkv, s, g = k.shape[2], k.shape[1], hq // k.shape[2]
     qg = q[q_idx].view(bp, qm, hkv, g, dim).permute(0, 2, 1, 3, 4).reshape(bp, hkv, qm * g, dim)
     mask = torch.arange(s, device=q.device)[None, None, :] <= q_pos[:, :, None]  # [Bp, Qm, S]
@@ -179,12 +192,12 @@ def paged_attention_forward(
     if meta.dec_tok is not None:
         out.index_copy_(0, meta.dec_tok, _decode(q[meta.dec_tok], layer, meta, scale))
     if meta.pre_tok is not None:
-        if meta.pre_fresh:
-            k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
-            pre = prefill_fresh(q, k, v, meta, scale)
-        else:
-            pre = prefill_torch(q, meta.cache.k[layer], meta.cache.v[layer], meta, scale)
+        k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
+        pre = prefill_fresh(q, k, v, meta, scale)
         out.index_copy_(0, meta._derived["pre_out_idx"], pre.reshape(-1, hq, dim))
+    if meta.ext_tok is not None:
+        ext = prefill_torch(q, meta.cache.k[layer], meta.cache.v[layer], meta, scale)
+        out.index_copy_(0, meta._derived["ext_out_idx"], ext.reshape(-1, hq, dim))
     return out[:t].unsqueeze(0), None
 
 

@@ -27,8 +27,10 @@ SECTIONS = (
     "dec_bt",
     "pre_tok",
     "pre_qlen",
-    "pre_start",
-    "pre_bt",
+    "ext_tok",
+    "ext_qlen",
+    "ext_start",
+    "ext_bt",
 )
 
 
@@ -41,10 +43,11 @@ class Layout:
     num_tokens: int
     num_sample: int
     all_decode: bool
+    # longest chunk of each prefill group (host ints: shapes are static per step): prompts from
+    # position 0 ("pre": causal attention over their own keys) and chunks after a cached prefix
+    # ("ext": attention over the gathered cache); runtime/attention.py
     pre_qmax: int
-    # every prompt chunk starts at position 0 (no cached prefix): causal attention over the
-    # chunk's own keys, no cache gather, no mask (runtime/attention.py)
-    pre_fresh: bool = False
+    ext_qmax: int = 0
 
     def views(self, buf: torch.Tensor) -> dict[str, torch.Tensor | None]:
         out: dict[str, torch.Tensor | None] = {}
@@ -60,14 +63,14 @@ def make_layout(
     num_sample: int,
     all_decode: bool,
     pre_qmax: int,
-    pre_fresh: bool = False,
+    ext_qmax: int = 0,
 ) -> Layout:
     offsets, off = [], 0
     for name in SECTIONS:
         shape = sizes.get(name, (0,))
         offsets.append((name, off, shape))
         off += math.prod(shape)
-    return Layout(tuple(offsets), off, num_tokens, num_sample, all_decode, pre_qmax, pre_fresh)
+    return Layout(tuple(offsets), off, num_tokens, num_sample, all_decode, pre_qmax, ext_qmax)
 
 
 def pack(
@@ -115,24 +118,28 @@ def pack(
         "logits_idx": logits_idx,
         "carry": carry_arr,
     }
-    pre_qmax, pre_fresh = 0, False
+    pre_qmax = ext_qmax = 0
     if all_decode:
         parts.update(dec_tok=np.arange(b, dtype=np.int64), dec_ctx=ctx, dec_bt=bt)
     else:
         is_dec = q == 1
-        dec, pre = np.flatnonzero(is_dec), np.flatnonzero(~is_dec)
-        pw = -(-int(ctx[pre].max()) // bs)
-        pre_qmax = int(q[pre].max())
-        pre_fresh = bool((batch.start_pos[pre] == 0).all())
-        parts.update(
-            dec_tok=tok_start[dec],
-            dec_ctx=ctx[dec],
-            dec_bt=bt[dec],
-            pre_tok=tok_start[pre],
-            pre_qlen=q[pre],
-            pre_start=batch.start_pos[pre],
-            pre_bt=bt[pre][:, :pw],
-        )
+        start = batch.start_pos
+        dec = np.flatnonzero(is_dec)
+        pre = np.flatnonzero(~is_dec & (start == 0))
+        ext = np.flatnonzero(~is_dec & (start > 0))
+        parts.update(dec_tok=tok_start[dec], dec_ctx=ctx[dec], dec_bt=bt[dec])
+        if len(pre):
+            pre_qmax = int(q[pre].max())
+            parts.update(pre_tok=tok_start[pre], pre_qlen=q[pre])
+        if len(ext):
+            ext_qmax = int(q[ext].max())
+            width = -(-int(ctx[ext].max()) // bs)
+            parts.update(
+                ext_tok=tok_start[ext],
+                ext_qlen=q[ext],
+                ext_start=start[ext],
+                ext_bt=bt[ext][:, :width],
+            )
     sizes = {k: v.shape for k, v in parts.items()}
     layout = make_layout(
         sizes,
@@ -140,7 +147,7 @@ def pack(
         num_sample=int(batch.num_samples),
         all_decode=all_decode,
         pre_qmax=pre_qmax,
-        pre_fresh=pre_fresh,
+        ext_qmax=ext_qmax,
     )
     flat = np.concatenate(
         [np.asarray(parts[k], dtype=np.int64).reshape(-1) for k in SECTIONS if k in parts]
@@ -225,7 +232,7 @@ def dummy_prefill(
 ):
     """One prompt chunk of `tokens` tokens that writes and reads only the scratch block (the
     warm-up of the eager prefill path: library set-up, kernel choice, allocator growth);
-    fresh=False takes the cached-prefix path."""
+    fresh=False takes the cached-prefix ("ext") path."""
     width = -(-tokens // block_size)
     parts = {
         "input_ids": np.zeros(tokens, np.int64),
@@ -233,18 +240,25 @@ def dummy_prefill(
         "slots": scratch_block * block_size + np.arange(tokens, dtype=np.int64) % block_size,
         "logits_idx": np.array([tokens - 1], np.int64),
         "carry": np.full(carry_len, -1, np.int64),
-        "pre_tok": np.zeros(1, np.int64),
-        "pre_qlen": np.array([tokens], np.int64),
-        "pre_start": np.zeros(1, np.int64),
-        "pre_bt": np.full((1, width), scratch_block, np.int64),
     }
+    group = (
+        {"pre_tok": np.zeros(1, np.int64), "pre_qlen": np.array([tokens], np.int64)}
+        if fresh
+        else {
+            "ext_tok": np.zeros(1, np.int64),
+            "ext_qlen": np.array([tokens], np.int64),
+            "ext_start": np.zeros(1, np.int64),
+            "ext_bt": np.full((1, width), scratch_block, np.int64),
+        }
+    )
+    parts.update(group)
     layout = make_layout(
         {k: v.shape for k, v in parts.items()},
         num_tokens=tokens,
         num_sample=1,
         all_decode=False,
-        pre_qmax=tokens,
-        pre_fresh=fresh,
+        pre_qmax=tokens if fresh else 0,
+        ext_qmax=0 if fresh else tokens,
     )
     flat = np.concatenate([parts[k].reshape(-1) for k in SECTIONS if k in parts])
     return flat, layout

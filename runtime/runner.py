@@ -180,10 +180,12 @@ class ModelRunner:
             all_decode=layout.all_decode,
             pre_tok=v["pre_tok"],
             pre_qlen=v["pre_qlen"],
-            pre_start=v["pre_start"],
-            pre_bt=v["pre_bt"],
             pre_qmax=layout.pre_qmax,
-            pre_fresh=layout.pre_fresh,
+            ext_tok=v["ext_tok"],
+            ext_qlen=v["ext_qlen"],
+            ext_start=v["ext_start"],
+            ext_bt=v["ext_bt"],
+            ext_qmax=layout.ext_qmax,
             decode_kernel=self.decode_kernel,
         )
         meta.derive()

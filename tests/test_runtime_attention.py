@@ -71,11 +71,11 @@ def test_prefill_torch_attends_causally_after_the_cached_prefix():
         cache=cache,
         num_tokens=q.shape[0],
         slot_mapping=torch.zeros(q.shape[0], dtype=torch.long),
-        pre_tok=torch.tensor([0, 5]),
-        pre_qlen=torch.tensor(qlens),
-        pre_start=torch.tensor(starts),
-        pre_bt=torch.tensor([[4, 8, 6], [10, cache.scratch_block, cache.scratch_block]]),
-        pre_qmax=5,
+        ext_tok=torch.tensor([0, 5]),
+        ext_qlen=torch.tensor(qlens),
+        ext_start=torch.tensor(starts),
+        ext_bt=torch.tensor([[4, 8, 6], [10, cache.scratch_block, cache.scratch_block]]),
+        ext_qmax=5,
     )
     meta.derive()
     out = prefill_torch(q, cache.k[0], cache.v[0], meta, 0.25)
@@ -102,10 +102,7 @@ def test_prefill_fresh_is_causal_over_each_chunk_and_ignores_padding():
         slot_mapping=torch.zeros(t, dtype=torch.long),
         pre_tok=torch.tensor([0, 5]),
         pre_qlen=torch.tensor(qlens),
-        pre_start=torch.tensor([0, 0]),
-        pre_bt=torch.zeros(2, 1, dtype=torch.long),
         pre_qmax=5,
-        pre_fresh=True,
     )
     meta.derive()
     out = prefill_fresh(q, k, v, meta, 0.25)
@@ -118,16 +115,24 @@ def test_prefill_fresh_is_causal_over_each_chunk_and_ignores_padding():
         tok += n
 
 
-def test_pack_marks_prompt_chunks_from_position_zero_as_fresh():
+def test_pack_splits_prompt_starts_from_continuations():
+    """Chunks from position 0 and chunks after a cached prefix are two groups, each padded to
+    its own longest chunk (one group padded a 2-token continuation to an 8K prompt)."""
     w = WorkloadConfig(batch_size=2, prompt_len=12, gen_len=3, max_batch_tokens=16)
     sched = Scheduler(w, 64)
     sched.add_all(make_requests(w, 100))
     first = sched.schedule()  # prompt 0 whole, prompt 1's first 4 tokens: both from 0
-    assert pack(first, 63, None, 0)[1].pre_fresh
+    flat, layout = pack(first, 63, None, 0)
+    views = layout.views(torch.from_numpy(flat))
+    assert (layout.pre_qmax, layout.ext_qmax) == (12, 0)
+    assert views["pre_qlen"].tolist() == [12, 4] and views["ext_tok"] is None
     sched.update(first, np.zeros(first.num_samples, dtype=np.int64))
-    second = sched.schedule()  # prompt 1's rest after its cached 4 tokens
-    assert second.query_tokens > second.num_decode
-    assert not pack(second, 63, None, 0)[1].pre_fresh
+    second = sched.schedule()  # request 0 decodes; prompt 1's rest after its cached 4 tokens
+    flat, layout = pack(second, 63, None, 0)
+    views = layout.views(torch.from_numpy(flat))
+    assert (layout.pre_qmax, layout.ext_qmax) == (0, 8)
+    assert views["pre_tok"] is None and views["dec_tok"].tolist() == [0]
+    assert views["ext_start"].tolist() == [4] and views["ext_qlen"].tolist() == [8]
 
 
 def test_padded_decode_pack_has_the_graph_layout():

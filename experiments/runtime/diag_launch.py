@@ -145,15 +145,33 @@ def kernels_per_kind(out_dir: Path) -> dict:
     os.remove(raw)
     k = import_kineto(str(raw) + ".gz").span_frame({"kernels": 0})
     k = k[(k.lane == "compute") & k.name.isin(["forward", "graph_replay"])].reset_index(drop=True)
+    from cbsim.validation.traces import replay_batches
+
     f = res.trace.span_frame()
     steps = f[f.lane == "compute"].sort_values("step").reset_index(drop=True)
+    batches = replay_batches(config, "async") or {}
     rows = []
     for i in range(min(len(k), len(steps))):
         st = steps.iloc[i]
+        q, ctx = batches.get(int(st.step), (None, None))
+        # the step's attention groups: decode rows, prompt chunks from 0, chunks after a prefix
+        groups = "?"
+        if q is not None:
+            start = ctx - q
+            groups = "+".join(
+                g
+                for g, on in (
+                    ("dec", (q == 1).any()),
+                    ("pre", ((q > 1) & (start == 0)).any()),
+                    ("ext", ((q > 1) & (start > 0)).any()),
+                )
+                if on
+            )
         rows.append(
             {
                 "step": int(st.step),
                 "kind": st.kind,
+                "groups": groups,
                 "graph": k.name[i] == "graph_replay",
                 "requests": int(st.requests),
                 "query_tokens": int(st.query_tokens),
@@ -163,7 +181,7 @@ def kernels_per_kind(out_dir: Path) -> dict:
     import pandas as pd
 
     table = pd.DataFrame(rows)
-    summary = table.groupby(["kind", "graph"]).kernels.describe()
+    summary = table.groupby(["kind", "groups", "graph"]).kernels.describe()
     print(f"[kernels] per forward by kind:\n{summary.to_string()}", flush=True)
     return {
         "overrides": MIXED,

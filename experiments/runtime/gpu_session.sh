@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The h200_run7 device call: GPU tests, the six cross-shape cases, kernels per step kind.
-#   bash experiments/runtime/gpu_run7.sh          (repo root, wheels in .whl; OUT set by the device)
+# One recording session on the H200 (h200_run7, run8): GPU tests, the six cross-shape cases,
+# kernels per step kind (experiments/runtime/README.md).
+#   bash experiments/runtime/gpu_session.sh         (repo root, wheels in .whl; OUT set by the device)
 set -o pipefail
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null &&
