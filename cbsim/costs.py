@@ -13,6 +13,7 @@ bytes / achieved bandwidth), achieved = peak x that kind's efficiency):
   tokens) plus the new K/V written; FLOPs 4 x heads x head_dim x layers x sum(q x mean context);
 - plus ``forward_fixed_us`` and one GPU gap per kernel (``eager_kernel_gap_us`` eagerly,
   ``graph_node_gap_us`` inside a replayed graph); the in-graph carry-over adds ``carry_over_us``;
+  kernels by what the step holds (``step_kernels``: decode rows, prompt chunks, a cached prefix);
 - the linear layers' memory side adds ``gemm_row_us`` per computed row (skinny GEMMs slow down
   with M; padded graph rows count); prefill, FLOP-bound, does not see it;
 - decode attention adds ``attention_walk_us_per_token`` per KV token of the longest walk one
@@ -211,7 +212,7 @@ class CostModel:
             if rows:
                 attention += self.walk_us * min(longest, self.partition(rows))
         gap = self.gpu.graph_node_gap_us if graph else self.gpu.eager_kernel_gap_us
-        kernels = self.kernels + (1 if carry_over else 0)
+        kernels = self.step_kernels(batch, decode) + (1 if carry_over else 0)
         return ForwardCost(
             linear_us=linear,
             lm_head_us=lm_head,
@@ -220,6 +221,27 @@ class CostModel:
             carry_over_us=self.gpu.carry_over_us if carry_over else 0.0,
             kernels=kernels,
         )
+
+    def step_kernels(self, batch, decode: bool) -> int:
+        """Kernels of one forward (graph nodes when replayed): the layers' own, plus those of
+        each attention group the step holds: decode rows, prompt chunks from position 0, chunks
+        after a cached prefix (the runtime's groups, runtime/attention.py)."""
+        g = self.gpu
+        if decode:
+            return self.kernels + g.decode_kernels_per_layer * self.layers
+        q = batch.query_lens
+        chunk = q > 1
+        if not chunk.any():  # a prompt's last token beside decode rows: the runtime's decode path
+            return self.kernels + g.decode_kernels_per_layer * self.layers
+        prefix = batch.start_pos > 0
+        n = self.kernels
+        if not chunk.all():
+            n += g.decode_kernels_per_layer * self.layers
+        if (chunk & ~prefix).any():
+            n += g.prefill_kernels_per_layer * self.layers + g.prefill_kernels_extra
+        if (chunk & prefix).any():
+            n += g.prefix_kernels_per_layer * self.layers + g.prefix_kernels_extra
+        return n
 
     # ---- copies ----------------------------------------------------------------------------
     def h2d_bytes(self, query_tokens: int, requests: int, sampled: int, kv_blocks: int) -> int:

@@ -18,6 +18,7 @@ class Shape:
     def __init__(self, query_lens, context_lens, kind="decode"):
         self.query_lens = np.asarray(query_lens, dtype=np.int64)
         self.context_lens = np.asarray(context_lens, dtype=np.int64)
+        self.start_pos = self.context_lens - self.query_lens
         self.query_tokens = int(self.query_lens.sum())
         self.kv_tokens = int(self.context_lens.sum())
         self.num_samples = len(self.query_lens)
@@ -220,3 +221,48 @@ def test_new_gpu_terms_are_validated(field):
         HostCosts(update=PhaseCost(per_block_us=-1.0))
     with pytest.raises(ConfigError, match="launch_per_block_us"):
         HostCosts(launch_per_block_us=-1.0)
+
+
+# the runtime's counts on Llama-3-8B (conf/hardware/h200.yaml, experiments/runtime/diag_launch)
+RUNTIME_COUNTS = dict(
+    kernels_per_layer=14,
+    kernels_extra=21,
+    decode_kernels_per_layer=3,
+    prefill_kernels_per_layer=8,
+    prefill_kernels_extra=6,
+    prefix_kernels_per_layer=13,
+    prefix_kernels_extra=12,
+)
+
+
+def test_kernel_counts_follow_the_attention_groups_of_the_step():
+    """Decode graph 565 nodes, prompt starts only 731, decode rows + prompt starts 827 (828 with
+    the carry-over), + a chunk after a cached prefix 1255: as Kineto counted the runtime's."""
+    cm = model(**RUNTIME_COUNTS)
+    fwd = cm.forward
+    assert fwd(decode(32, 300), graph=True, carry_over=False).kernels == 565
+    assert fwd(decode(32, 300), graph=True, carry_over=True).kernels == 566
+    prompt = Shape([8192], [8192], kind="prefill")
+    assert fwd(prompt, graph=False, carry_over=False).kernels == 731
+    mixed = Shape([1, 1, 500], [300, 301, 500], kind="mixed")
+    assert fwd(mixed, graph=False, carry_over=True).kernels == 828
+    all_three = Shape([1, 200, 300], [300, 700, 300], kind="mixed")  # 200 after 500 cached
+    assert fwd(all_three, graph=False, carry_over=False).kernels == 1255
+    continuation = Shape([200], [700], kind="prefill")  # a prefix chunk alone
+    assert fwd(continuation, graph=False, carry_over=False).kernels == 21 + 32 * 27 + 12
+    last_token = Shape([1, 1], [300, 700], kind="mixed")  # a prompt's last token: decode path
+    assert fwd(last_token, graph=False, carry_over=False).kernels == 565
+    # the defaults (0): one count for every step, as before
+    assert model().forward(prompt, graph=False, carry_over=False).kernels == 14 * 32 + 6
+
+
+def test_launch_queue_frees_as_the_gpu_works_through_it():
+    from cbsim.sim.streams import LaunchQueue
+
+    assert LaunchQueue(0).push(0.0, 100.0, 10**6) == -math.inf  # unbounded
+    q = LaunchQueue(4)
+    assert q.push(0.0, 100.0, 4) == -math.inf  # fits
+    # 6 more behind 4 pending: the host's last launch waits until 6 of the 10 completed, i.e.
+    # all 4 of the first op (t=100) and 2 of 6 of the second (100 + 2/6 x 60)
+    assert q.push(100.0, 160.0, 6) == pytest.approx(120.0)
+    assert q.push(160.0, 170.0, 1) == pytest.approx(100.0 + 3 / 6 * 60)

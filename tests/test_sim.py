@@ -381,3 +381,34 @@ def test_device_memory_fit_is_reported():
     assert big["fits_device"] is False and big["device_bytes_needed"] > 141e9
     ok = simulate(make_config(small), "async").other_data["memory"]
     assert ok["fits_device"] is True
+
+
+def test_a_full_launch_queue_holds_the_host_inside_the_launch():
+    """Long eager prefills launched back to back (async) fill the driver's launch queue: the
+    host's launch of the next one returns only as the GPU works down the previous one, as the
+    runtime showed (h200_run7/long_prompt async: launch ~ the forward). Unbounded: launches are
+    the host's own time. The GPU's timeline is the same either way."""
+    cfg = make("llama3_8b", batch_size=4, prompt_len=4096, gen_len=4, max_batch_tokens=4096)
+    gpu = dict(
+        kernels_per_layer=14,
+        kernels_extra=21,
+        prefill_kernels_per_layer=8,
+        prefill_kernels_extra=6,
+        decode_kernels_per_layer=3,
+    )
+    runs = {}
+    for depth in (0, 1021):
+        hw = dataclasses.replace(
+            cfg.hardware,
+            gpu=dataclasses.replace(cfg.hardware.gpu, launch_queue_depth=depth, **gpu),
+        )
+        trace = run(dataclasses.replace(cfg, hardware=hw), "async")
+        launch = spans(trace, S.HOST, S.LAUNCH).set_index("step").dur
+        fwd = spans(trace, S.COMPUTE, S.FORWARD_NAMES).set_index("step")
+        runs[depth] = (launch, fwd)
+    (free, fwd0), (held, fwd1) = runs[0], runs[1021]
+    prefill = [s for s in fwd1.index if fwd1.kind[s] != "decode" and s > 0]
+    assert prefill
+    for s in prefill:  # 2 x 741 kernels: the host waits for 461 of the previous forward's
+        assert held[s] > free[s] + 0.3 * fwd1.dur[s - 1]
+    assert np.allclose(fwd0.end, fwd1.end)

@@ -213,6 +213,24 @@ class GpuCosts:
     kernels_per_layer: int = 14
     # kernels outside the layers (embedding, final norm, LM head, sampling)
     kernels_extra: int = 6
+    # Kernels by the attention groups a step holds, on top of kernels_per_layer (0: one count
+    # for every step). The runtime's counts (experiments/runtime/diag_launch/run8, Kineto,
+    # Llama-3-8B on the H200): decode graph 565 nodes, eager prompt-only step 731, decode rows
+    # + prompt starts 828, + chunks after a cached prefix 1256. Per layer when the step has
+    # decode rows (their attention: split-K, reduce, the scatter into a mixed step's output):
+    decode_kernels_per_layer: int = 0
+    # per layer and once per forward when it has prompt chunks from position 0 (causal flash)
+    prefill_kernels_per_layer: int = 0
+    prefill_kernels_extra: int = 0
+    # per layer and once per forward when it has chunks after a cached prefix (gather the
+    # blocks, build the mask, masked attention)
+    prefix_kernels_per_layer: int = 0
+    prefix_kernels_extra: int = 0
+    # Launches the driver queues before cudaLaunchKernel blocks the host: an eager forward
+    # whose kernels outrun the GPU by this many returns only as the GPU catches up (H200,
+    # CUDA 13: 1021, experiments/runtime/diag_launch: the 1022nd launch behind a sleeping
+    # kernel blocked). A graph replay is one launch. 0 = unbounded
+    launch_queue_depth: int = 0
     # GPU time of the in-graph carry-over scatter-add, microseconds
     carry_over_us: float = 3.0
     # GPU time per computed row (query token, a decode graph's padded rows included) on the
@@ -252,6 +270,16 @@ class GpuCosts:
                 raise ConfigError(f"hardware.gpu.{key}={value} must be in (0, 1]")
         check_positive("hardware.gpu.attention_kv_pad", self.attention_kv_pad)
         check_positive("hardware.gpu.kernels_per_layer", self.kernels_per_layer)
+        for key in (
+            "kernels_extra",
+            "decode_kernels_per_layer",
+            "prefill_kernels_per_layer",
+            "prefill_kernels_extra",
+            "prefix_kernels_per_layer",
+            "prefix_kernels_extra",
+            "launch_queue_depth",
+        ):
+            check_range(f"hardware.gpu.{key}", getattr(self, key), 0, 1 << 20)
         check_positive("hardware.gpu.attention_target_programs", self.attention_target_programs)
         check_positive("hardware.gpu.attention_min_partition", self.attention_min_partition)
         for key in (

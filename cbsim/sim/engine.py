@@ -20,7 +20,7 @@ from cbsim.costs import CostModel, ForwardCost
 from cbsim.scheduler import Batch, Scheduler, default_num_kv_blocks
 from cbsim.sim.record import Recorder
 from cbsim.sim.slots import IOSlot, SlotTracker
-from cbsim.sim.streams import CudaEvent, Device, Op, happens_before
+from cbsim.sim.streams import CudaEvent, Device, LaunchQueue, Op, happens_before
 from cbsim.sim.tokens import Sampler
 from cbsim.trace import TraceBuilder
 from cbsim.trace import schema as S
@@ -86,6 +86,7 @@ class SimEngine:
         self.sched = Scheduler(w, kv_blocks, eos_token_id=self.sampler.eos_id)
         self.sched.add_all(requests)
         self.device = Device(engine.streams)
+        self.launch_queue = LaunchQueue(config.hardware.gpu.launch_queue_depth)
         self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
         self._last_counters: dict[str, int] = {}
         self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
@@ -208,7 +209,10 @@ class SimEngine:
             and batch.num_decode > 0
             and np.count_nonzero(batch.placeholder) > 0
         )
-        padded = costs.graph_size(batch.num_requests) if batch.kind == "decode" else None
+        # one query token per request (decode rows, or a prompt's last token among them): the
+        # runtime replays a graph for it (runtime/runner.py plan)
+        one_each = batch.query_tokens == batch.num_requests
+        padded = costs.graph_size(batch.num_requests) if one_each else None
         graph = eng.cuda_graphs and padded is not None
         fwd = costs.forward(
             batch, graph=graph, carry_over=carry, padded_requests=padded if graph else None
@@ -256,6 +260,8 @@ class SimEngine:
                 (h2d_done,) if waits else (),
                 not_before_end=t + fwd_us / fwd.kernels,
             )
+        # a full launch queue holds the host until the GPU has worked its way down it
+        t = max(t, self.launch_queue.push(compute.start, compute.end, 1 if graph else fwd.kernels))
         tracker.read(slot, slot.dev_in, compute, compute.vc, step, compute.lane, compute.start)
         if carry:
             tracker.read(

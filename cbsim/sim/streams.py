@@ -96,6 +96,33 @@ class Stream:
         return CudaEvent(self.tail, tuple(self.vc))
 
 
+class LaunchQueue:
+    """The driver's queue of launched, unfinished kernels on the compute stream: at most
+    ``depth`` of them; one more launch blocks the host until the oldest completes. Each
+    forward's kernels are taken to run back to back at equal length over its span (a graph
+    replay is one entry)."""
+
+    __slots__ = ("depth", "ops")
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.ops: list[tuple[float, float, int]] = []  # (start, end, entries), oldest first
+
+    def push(self, start: float, end: float, entries: int) -> float:
+        """Enqueue an op's entries; returns the time the host's last launch of them can
+        return (-inf when the queue never fills)."""
+        if not self.depth:
+            return float("-inf")
+        self.ops.append((start, end, entries))
+        del self.ops[:-8]  # two steps in flight at most: older ops are long done
+        room = self.depth
+        for op_start, op_end, n in reversed(self.ops):
+            if n > room:  # the (n - room)-th entry of this op must have completed
+                return op_start + (op_end - op_start) * (n - room) / n
+            room -= n
+        return float("-inf")
+
+
 class Device:
     """The three streams (or one legacy default stream) and the host's knowledge of them."""
 

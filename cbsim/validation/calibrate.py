@@ -33,7 +33,7 @@ from cbsim.trace import schema as S
 from cbsim.validation.fit import Fit, curve_fit
 from cbsim.validation.host_fit import fit_copies, fit_host_phases, fit_wait_launch
 from cbsim.validation.result import Calibration, Row, label_out, outliers, set_quantile
-from cbsim.validation.traces import Recorded, forward_steps, gpu_lane
+from cbsim.validation.traces import Recorded, forward_steps, gpu_lane, step_shapes
 
 __all__ = ["Calibration", "Row", "calibrate"]
 
@@ -76,39 +76,6 @@ def calibrate(recs: list[Recorded], base: HardwareConfig, name: str | None = Non
 
 
 # ---- forward ---------------------------------------------------------------------------------
-class StepShape:
-    """What CostModel.forward reads from a scheduler Batch: the replayed batch's per-request
-    lengths when known (``Recorded.batches``), else the span's totals shared evenly over the
-    requests (exact for decode, an approximation for prefill)."""
-
-    def __init__(
-        self,
-        requests: int,
-        query_tokens: int,
-        kv_tokens: int,
-        samples: int,
-        kind: str,
-        lens: tuple[np.ndarray, np.ndarray] | None = None,
-    ):
-        self.n = requests
-        self.query_tokens, self.kv_tokens, self.num_samples = query_tokens, kv_tokens, samples
-        self.kind = kind
-        if lens is not None:
-            self.query_lens, self.context_lens = lens
-        else:
-            self.query_lens = _even(query_tokens, requests)
-            self.context_lens = _even(kv_tokens, requests)
-
-    def __len__(self) -> int:
-        return self.n
-
-
-def _even(total: int, n: int) -> np.ndarray:
-    base = np.full(n, total // n, dtype=np.int64)
-    base[: total - base.sum()] += 1
-    return base
-
-
 def _forward_samples(rec: Recorded) -> pd.DataFrame:
     """Steps evenly spaced over the run: decode steps, and every other step whose per-request
     split is known (replayed) or does not matter (a prefill split evenly is exact when all its
@@ -154,21 +121,8 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
     for rec in recs:
         fwd = _forward_samples(rec)
         shapes = [
-            (
-                StepShape(
-                    int(r.requests),
-                    int(r.query_tokens),
-                    int(r.kv_tokens),
-                    int(r.new_tokens),
-                    r.kind,
-                    rec.batches.get(int(r.step)),
-                ),
-                bool(r.graph),
-                bool(r.carry),
-                bool(r.carry_span),
-                float(r.idle),
-            )
-            for r in fwd.itertuples()
+            (shape, bool(r.graph), bool(r.carry), bool(r.carry_span), float(r.idle))
+            for shape, r in zip(step_shapes(rec, fwd), fwd.itertuples())
         ]
         if shapes:
             data.append((rec, shapes, fwd.dur.to_numpy()))
@@ -184,7 +138,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
             "compute idle: idle_slowdown kept"
         )
     hw = cal.hardware
-    terms = gpu_terms(hw.gpu)
+    terms = [t for t in gpu_terms(hw.gpu) if t not in unseen_gaps(data, hw, cal)]
     names = [*EFFS, *terms]
     # efficiencies are fitted as their inverse (time per unit of work is linear in it)
     theta0 = [1.0 / getattr(hw.gpu, k) for k in EFFS] + [getattr(hw.gpu, k) for k in terms]
@@ -248,6 +202,27 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
     )
     if len(carry):
         set_quantile(cal, "carry_over", carry.dur.to_numpy(), hw.gpu, "carry_over_us")
+
+
+def unseen_gaps(data: list, hw: HardwareConfig, cal: Calibration) -> set[str]:
+    """The per-kernel gap of a kind of forward (eager, graph) whose steps all have one kernel
+    count: a constant per step there, it cannot be told from forward_fixed_us and the weights'
+    read time, so it keeps its prior (fitted, it wandered off with them)."""
+    counts: dict[bool, set[int]] = {True: set(), False: set()}
+    for rec, shapes, _ in data:
+        cm = CostModel(dataclasses.replace(rec.config, hardware=hw))
+        for shape, graph, *_ in shapes:
+            counts[graph].add(cm.step_kernels(shape, shape.kind == "decode" or graph))
+    out = {
+        gap
+        for graph, gap in ((False, "eager_kernel_gap_us"), (True, "graph_node_gap_us"))
+        if len(counts[graph]) <= 1
+    }
+    for gap in sorted(out):
+        note = f"{gap} kept: one kernel count per step of its kind"
+        if note not in cal.notes:
+            cal.notes.append(note)
+    return out
 
 
 def _unchecked(hw: HardwareConfig, **changes: Any) -> HardwareConfig:

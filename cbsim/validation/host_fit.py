@@ -8,10 +8,11 @@ import dataclasses
 import numpy as np
 
 from cbsim.costs import CostModel
+from cbsim.sim.streams import LaunchQueue
 from cbsim.trace import schema as S
 from cbsim.validation.fit import Fit, linear_fit
 from cbsim.validation.result import Calibration, Row, label_out, outliers, set_quantile
-from cbsim.validation.traces import Recorded, forward_steps, samples_by_step
+from cbsim.validation.traces import Recorded, forward_steps, samples_by_step, step_shapes
 
 # what SimEngine.launch enqueues per step besides the forward: two copies (H2D, D2H) and five
 # event operations (record h2d_done, wait on it, record compute_done, wait on it, record d2h_done)
@@ -177,17 +178,17 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
         blocked = done > waits.ts.to_numpy() + 1e-6
         wake += list((waits.end.to_numpy() - done)[blocked])
         quick += list(waits.dur.to_numpy()[~blocked & ~np.isnan(done)])
-        fwd = forward_steps(rec).drop_duplicates("step").set_index("step")
+        fwd = forward_steps(rec).drop_duplicates("step").sort_values("ts")
+        depth = cal.hardware.gpu.launch_queue_depth
+        kernels, queue_free = step_kernels_and_queue(rec, fwd, depth)
+        fwd = fwd.set_index("step")
         launches = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH) & sp.step.isin(fwd.index)]
-        cm = CostModel(rec.config)
         blocks = span_blocks(rec, launches)
-        for step, dur, nblocks in zip(launches.step, launches.dur, blocks):
+        for step, ts, dur, nblocks in zip(launches.step, launches.ts, launches.dur, blocks):
             if fwd.at[step, "graph"]:
                 graph_launch.append((dur, nblocks))
-            elif dur < 0.2 * fwd.at[step, "dur"]:
-                # a launch a fifth of the forward or longer blocked inside (the eager path
-                # synchronised with the GPU): it times the GPU, not the host's launch cost
-                eager_launch.append((dur, cm.kernels + bool(fwd.at[step, "carry"]), nblocks))
+            elif not launch_blocked(ts, dur, queue_free[step], fwd.at[step, "dur"], depth):
+                eager_launch.append((dur, kernels[step], nblocks))
             else:
                 blocked_launches += 1
     if quick:
@@ -211,6 +212,31 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration) -> None:
         set_quantile(cal, "launch (eager, /kernel)", body / kernels, host, "kernel_launch_us")
     if blocked_launches:
         cal.notes.append(
-            f"{blocked_launches} eager launch(es) lasted a fifth of their forward or more (the host "
-            "blocked inside them): not used for kernel_launch_us"
+            f"{blocked_launches} eager launch(es) ended as the launch queue freed (or, without "
+            "a queue depth, lasted a fifth of their forward): the host blocked inside them, not "
+            "used for kernel_launch_us"
         )
+
+
+def step_kernels_and_queue(
+    rec: Recorded, fwd, depth: int
+) -> tuple[dict[int, int], dict[int, float]]:
+    """Per step (forward spans in start order): its kernels (graph nodes when replayed; the
+    carry-over's own kernel counted), and when the launch queue of ``depth`` entries had room
+    for the last of them, as the simulator's LaunchQueue computes it (-inf: never full)."""
+    cm = CostModel(rec.config)
+    queue = LaunchQueue(depth)
+    kernels, free = {}, {}
+    for shape, r in zip(step_shapes(rec, fwd), fwd.itertuples()):
+        n = cm.step_kernels(shape, shape.kind == "decode" or bool(r.graph)) + bool(r.carry)
+        kernels[int(r.step)] = n
+        free[int(r.step)] = queue.push(float(r.ts), float(r.end), 1 if r.graph else n)
+    return kernels, free
+
+
+def launch_blocked(ts: float, dur: float, queue_free: float, forward_us: float, depth: int) -> bool:
+    """Did an eager launch end because the launch queue freed (it then times the GPU, not the
+    host's launch cost)? With no queue depth known (0): one a fifth of its forward or longer."""
+    if not depth:
+        return dur >= 0.2 * forward_us
+    return queue_free >= ts + 0.95 * dur

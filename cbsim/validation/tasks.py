@@ -5,8 +5,9 @@ Settings under ``extra`` (conf/experiment/calibrate.yaml and validate.yaml docum
 calibrate: ``profile`` (name of the profile written, default ``<hardware.name>_calibrated``),
 ``install`` (also write it to the package's conf/hardware/ so ``hardware=<profile>`` selects it).
 
-validate: ``holdout``: ``loo`` (default: each run predicted by a profile fitted on the others, of its own
-recording session unless ``by_session`` is false),
+validate: ``holdout``: ``workload`` (default), ``engine`` or ``run`` (``loo``): each run predicted by a
+profile fitted on the other runs of its recording session (all sessions when ``by_session`` is
+false) less every run of its workload, of its engine, or only itself (validate.leave_out),
 ``fit_on`` (a fixed calibration set, paths or globs: runs in it are reported in-sample, the others
 held out) or ``profile`` (the composed ``hardware`` as it is, e.g. ``hardware=h200_calibrated``;
 runs named in that profile's ``source`` are reported in-sample). ``report`` (default true):
@@ -26,14 +27,16 @@ from cbsim.validation.calibrate import calibrate
 from cbsim.validation.profile import write_profile
 from cbsim.validation.traces import Recorded, label, load, resolve_traces
 from cbsim.validation.validate import (
+    LEAVE_OUT,
     error_table,
-    leave_one_out,
+    leave_out,
     summary,
     validate_run,
 )
 
 log = logging.getLogger("cbsim")
-HOLDOUTS = ("loo", "fit_on", "profile")
+# run / workload / engine: leave that out of each run's profile (validate.leave_out); loo = run
+HOLDOUTS = (*LEAVE_OUT, "loo", "fit_on", "profile")
 
 
 def run_validation_task(
@@ -101,20 +104,22 @@ def run_calibrate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> d
 
 def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> dict[str, Any]:
     extra = config.extra
-    holdout = str(extra.get("holdout", "loo"))
+    holdout = str(extra.get("holdout", "workload"))
     if holdout not in HOLDOUTS:
         raise ConfigError(f"extra.holdout={holdout!r}; allowed: {', '.join(HOLDOUTS)}")
     fit_on_patterns = list(extra.get("fit_on") or [])
     name = f"{config.hardware.name}_calibrated"
-    if holdout == "loo" and len(recs) < 2:
+    if holdout == "loo":
+        holdout = "run"
+    if holdout in LEAVE_OUT and len(recs) < 2:
         log.warning(
             "one trace: nothing to hold out; validating with hardware=%s as it is",
             config.hardware.name,
         )
         holdout = "profile"
-    if holdout == "loo":
+    if holdout in LEAVE_OUT:
         by_session = bool(extra.get("by_session", True))
-        results, _ = leave_one_out(recs, config.hardware, name, by_session)
+        results, _ = leave_out(recs, config.hardware, name, holdout, by_session)
     elif holdout == "fit_on":
         if not fit_on_patterns:
             raise ConfigError("extra.holdout=fit_on needs extra.fit_on=[path,...]")
@@ -127,9 +132,12 @@ def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> di
         ]
         for r in results:
             r.fit_table = cal.table()
+            r.held_out_by = "fit_on" if r.held_out else ""
     else:
         source = config.hardware.source
         results = [validate_run(r, config.hardware, label(r.path) not in source, []) for r in recs]
+        for r in results:
+            r.held_out_by = "profile" if r.held_out else ""
     out = {
         "task": "validate",
         "holdout": holdout,

@@ -323,3 +323,53 @@ def forward_steps(rec: Recorded) -> pd.DataFrame:
 def samples_by_step(rec: Recorded) -> pd.Series:
     fwd = forward_steps(rec)
     return fwd.groupby("step")["new_tokens"].sum()
+
+
+class StepShape:
+    """What CostModel.forward reads from a scheduler Batch: the replayed batch's per-request
+    lengths when known (``Recorded.batches``), else the span's totals shared evenly over the
+    requests (exact for decode, an approximation for prefill)."""
+
+    def __init__(
+        self,
+        requests: int,
+        query_tokens: int,
+        kv_tokens: int,
+        samples: int,
+        kind: str,
+        lens: tuple[np.ndarray, np.ndarray] | None = None,
+    ):
+        self.n = requests
+        self.query_tokens, self.kv_tokens, self.num_samples = query_tokens, kv_tokens, samples
+        self.kind = kind
+        if lens is not None:
+            self.query_lens, self.context_lens = lens
+        else:
+            self.query_lens = _even(query_tokens, requests)
+            self.context_lens = _even(kv_tokens, requests)
+        # context = the cached prefix + this step's tokens
+        self.start_pos = self.context_lens - self.query_lens
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _even(total: int, n: int) -> np.ndarray:
+    base = np.full(n, total // n, dtype=np.int64)
+    base[: total - base.sum()] += 1
+    return base
+
+
+def step_shapes(rec: Recorded, fwd: pd.DataFrame) -> list[StepShape]:
+    """A StepShape per forward span row (``forward_steps``)."""
+    return [
+        StepShape(
+            int(r.requests),
+            int(r.query_tokens),
+            int(r.kv_tokens),
+            int(r.new_tokens),
+            r.kind,
+            rec.batches.get(int(r.step)),
+        )
+        for r in fwd.itertuples()
+    ]

@@ -64,6 +64,9 @@ class RunResult:
     held_out: bool
     fit_on: list[str] = field(default_factory=list)
     fit_table: str = ""  # the residuals table of the profile it was simulated with
+    # what the profile had not seen: "workload" (no run of this workload, either engine),
+    # "engine" (no run of this engine), "run" (only this run), "" (in sample)
+    held_out_by: str = ""
 
     @property
     def errors(self) -> dict[str, float | None]:
@@ -92,6 +95,7 @@ class RunResult:
             "engine": self.rec.engine,
             "batch_size": self.rec.config.workload.batch_size,
             "held_out": self.held_out,
+            "held_out_by": self.held_out_by,
             "fit_on": self.fit_on,
             "real": {k: self.real.get(k) for k in SHOWN},
             "sim": {k: self.sim.get(k) for k in SHOWN},
@@ -184,25 +188,58 @@ def validate_run(rec: Recorded, hw: HardwareConfig, held_out: bool, fit_on: list
     return RunResult(rec, trace, measure(rec.trace), measure(trace), held_out, fit_on)
 
 
-def leave_one_out(
-    recs: list[Recorded], base: HardwareConfig, name: str, by_session: bool = True
+# what each held-out run's profile leaves out, of the run's own recording session
+LEAVE_OUT = ("run", "workload", "engine")
+
+
+def leave_out(
+    recs: list[Recorded],
+    base: HardwareConfig,
+    name: str,
+    by: str = "workload",
+    by_session: bool = True,
 ) -> tuple[list[RunResult], dict[str, Calibration]]:
-    """Each run predicted by a profile fitted on all the others: of its own recording session
-    when ``by_session`` (one software stack: runs recorded by another version of the runtime
-    cost something else), else of all sessions; all of them when it is alone in its session."""
+    """Each run predicted by a profile fitted on other runs of its recording session (one
+    software stack: runs recorded by another version of the runtime cost something else; all
+    sessions when ``by_session`` is false), leaving out ``by``:
+
+    - ``run``: only this run (its workload's other engine stays in);
+    - ``workload``: every run of its workload (batch size, lengths, arrivals), both engines:
+      the profile has not seen this shape; a session of one workload falls back to ``run``;
+    - ``engine``: every run of its engine (async predicted from sync runs and vice versa, all
+      workloads): the question a user asks before writing the async engine."""
+    if by not in LEAVE_OUT:
+        raise ValueError(f"leave out {by!r}; allowed: {', '.join(LEAVE_OUT)}")
     results, cals = [], {}
     for rec in recs:
-        others = [r for r in recs if r is not rec]
-        same = [r for r in others if r.session == rec.session]
-        if by_session and same:
-            others = same
+        pool = [r for r in recs if r is not rec]
+        if by_session:
+            pool = [r for r in pool if r.session == rec.session] or pool
+        kind = by
+        others = [r for r in pool if not _same(r, rec, by)]
+        if not others:  # a session of one workload (or engine): leave out the run alone
+            others, kind = pool, "run"
         cal = calibrate(others, base, name)
         cals[rec.name] = cal
-        log.info("held out %s: fitted on %d other run(s)", rec.name, len(others))
+        log.info("held out %s (%s): fitted on %d other run(s)", rec.name, kind, len(others))
         result = validate_run(rec, cal.hardware, True, [r.name for r in others])
         result.fit_table = cal.table()
+        result.held_out_by = kind
         results.append(result)
     return results, cals
+
+
+def workload_key(rec: Recorded) -> str:
+    """Runs of one workload: the same requests and batching limits (the engine aside)."""
+    return repr(dataclasses.asdict(rec.config.workload))
+
+
+def _same(other: Recorded, rec: Recorded, by: str) -> bool:
+    if by == "workload":
+        return workload_key(other) == workload_key(rec)
+    if by == "engine":
+        return other.engine == rec.engine
+    return False
 
 
 def summary(results: list[RunResult]) -> dict[str, Any]:
@@ -218,6 +255,11 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
             agg[f"{key}_mean_abs"] = sum(vals) / len(vals) if vals else None
         out[engine] = agg
     out["held_out_runs"] = len(held)
+    out["held_out_by"] = {
+        by: {"runs": len(runs), "within_target": sum(all(r.passed.values()) for r in runs)}
+        for by in sorted({r.held_out_by for r in held})
+        for runs in [[r for r in held if r.held_out_by == by]]
+    }
     out["held_out_within_target"] = sum(all(r.passed.values()) for r in held)
     out["all_within_target"] = bool(held) and all(all(r.passed.values()) for r in held)
     # per recording session (one runtime version): how many held-out runs meet every target
@@ -247,12 +289,12 @@ TABLE = (
 
 
 def error_table(results: list[RunResult]) -> str:
-    lines = [f"{'run':<42}{'engine':>7}{'held':>6}" + "".join(f"{h:>10}" for h, _ in TABLE)]
+    lines = [f"{'run':<42}{'engine':>7}{'held':>9}" + "".join(f"{h:>10}" for h, _ in TABLE)]
     for r in results:
         e = r.errors
         cells = [f"{e[k]:+.2f}" if e[k] is not None else "-" for _, k in TABLE]
+        held = (r.held_out_by or "yes") if r.held_out else "no"
         lines.append(
-            f"{r.rec.name[:41]:<42}{r.rec.engine:>7}{'yes' if r.held_out else 'no':>6}"
-            + "".join(f"{c:>10}" for c in cells)
+            f"{r.rec.name[:41]:<42}{r.rec.engine:>7}{held:>9}" + "".join(f"{c:>10}" for c in cells)
         )
     return "\n".join(lines)
