@@ -6,8 +6,9 @@ All times are microseconds. Every term is a config value (``hardware``, ``hardwa
 GPU forward pass, a roofline per operation kind (time = max(FLOPs / achieved FLOP/s,
 bytes / achieved bandwidth), achieved = peak x that kind's efficiency):
 
-- linear layers (QKV, O, gate/up/down of every layer): FLOPs 2 x params x query tokens; bytes the
-  layer weights once plus the activations each layer reads and writes;
+- linear layers (QKV, O, gate/up/down of every layer): the GEMMs a roofline of FLOPs 2 x params
+  x query tokens and the layer weights read once; plus the activations each layer reads and
+  writes, at the same bandwidth, added (separate elementwise kernels: no overlap with the GEMMs);
 - LM head: only the sampled rows (one per sampled request), its weights once, fp32 logits out;
 - attention: bytes the KV each request reads (its context padded up to ``attention_kv_pad``
   tokens) plus the new K/V written; FLOPs 4 x heads x head_dim x layers x sum(q x mean context);
@@ -173,10 +174,15 @@ class CostModel:
             extra = padded_requests - len(batch)
             q_tokens += extra
             sampled += extra
-        linear = max(
-            self.linear_flops_per_token * q_tokens / self.gemm_flops,
-            (self.linear_weight_bytes + self.act_bytes_per_token * q_tokens) / self.gemm_bw
-            + self.gemm_row_us * q_tokens,
+        # the GEMMs: a roofline of their FLOPs and their weights; the activations' reads and
+        # writes (norms, RoPE, SiLU, residual adds) are kernels of their own, memory-bound,
+        # added (in a prefill their max with the FLOPs hid 33 ms at 8K tokens, h200_run8)
+        linear = (
+            max(
+                self.linear_flops_per_token * q_tokens / self.gemm_flops,
+                self.linear_weight_bytes / self.gemm_bw + self.gemm_row_us * q_tokens,
+            )
+            + self.act_bytes_per_token * q_tokens / self.gemm_bw
         )
         lm_head = 0.0
         if sampled:

@@ -32,7 +32,6 @@ TRUTH = {
     "hardware.gpu.attention_bandwidth_eff": 0.62,
     "hardware.gpu.gemm_flops_eff": 0.65,
     "hardware.gpu.forward_fixed_us": 80.0,
-    "hardware.gpu.eager_kernel_gap_us": 2.5,
     "hardware.gpu.carry_over_us": 4.0,
     "hardware.copy_latency_us": 9.5,
     "hardware.host.schedule.fixed_us": 30.0,
@@ -117,8 +116,10 @@ def test_calibration_recovers_known_costs(recordings):
     cal = calibrate(load(recordings), base, "h200_test")
     for key, truth in TRUTH.items():
         assert _get(cal.hardware, key) == pytest.approx(truth, rel=0.01), key
-    # terms the traces cannot separate keep the base profile's value, and the table says so
+    # terms the traces cannot separate keep the base profile's value, and the table says so;
+    # the per-kernel gaps always do (measured with Kineto)
     assert cal.hardware.gpu.graph_node_gap_us == pytest.approx(base.gpu.graph_node_gap_us, rel=1e-3)
+    assert cal.hardware.gpu.eager_kernel_gap_us == base.gpu.eager_kernel_gap_us
     assert "(kept)" in cal.table()
     forward = next(r for r in cal.rows if r.what == "forward")
     assert forward.fit.rms_pct < 0.01
@@ -373,3 +374,30 @@ def test_engine_holdout_predicts_each_engine_from_the_other(recordings, tmp_path
         run_validation_task(
             dataclasses.replace(cfg, extra={**cfg.extra, "holdout": "shape"}), {}, tmp_path
         )
+
+
+def test_event_timed_view_counts_launch_bound_waits_as_busy():
+    """A host-bound eager forward: the simulator shows the stream idle while the kernels are
+    launched; the runtime's events time that wait inside the forward's span. The view used to
+    compare them moves the wait into the span, the spans still never overlap."""
+    from cbsim.trace import validate as validate_trace
+    from cbsim.validation.validate import event_timed
+
+    cfg = load_config(
+        compose_cfg(
+            [
+                "engine=sync",
+                "hardware.host.kernel_launch_us=400",
+                "workload.batch_size=8",
+                "workload.prompt_len=64",
+                "workload.gen_len=4",
+            ]
+        )
+    )
+    sim = run(cfg, "sync")
+    waits = sim.span_frame({"launch_bound_us": 0.0}).launch_bound_us.sum()
+    assert waits > 0
+    timed = validate_trace(event_timed(sim).to_json_obj())
+    busy = [t.spans[t.spans.lane == "compute"].dur.sum() for t in (sim, timed)]
+    assert busy[1] - busy[0] == pytest.approx(waits)
+    assert timed.spans.end.max() == pytest.approx(sim.spans.end.max())

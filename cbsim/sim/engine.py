@@ -293,6 +293,10 @@ class SimEngine:
         )
         busy_start = compute.end - fwd_us  # eager: launch-bound idle shows before it
         fwd_args = {**args, "new_tokens": samples}
+        if compute.end - compute.start - fwd_us > 0.5:
+            # how long the stream waited for the host's launches inside this forward: the
+            # runtime's event-timed span holds it (cbsim.validation compares it that way)
+            fwd_args["launch_bound_us"] = compute.end - compute.start - fwd_us
         if carry and graph:  # captured in the graph: part of the replay, shown as an arg
             fwd_args["carry_over_us"] = fwd.carry_over_us
             self._gpu_span(compute.lane, compute.name, busy_start, fwd_us, fwd_args)
