@@ -83,6 +83,47 @@ def test_runtime_kineto_trace_from_the_h200():
     assert spans[spans.lane == S.COMPUTE].name.isin(S.FORWARD_NAMES).any()
 
 
+def test_transformers_continuous_batching_from_the_h200():
+    """An engine not written here: transformers' generate_batch (paged|sdpa, CUDA graphs) under
+    torch.profiler on the H200 (experiments/kineto/profile_transformers_cb.py). It marks no
+    ranges, runs its loop in a thread of its own, and CUPTI names its graph launches "INVALID":
+    the steps come from the runtime calls behind many kernels, the host lane from the thread that
+    launches."""
+    trace = import_kineto(DATA / "kineto_h200_transformers_cb.json.gz")
+    assert trace.other_data["kineto"]["steps_from"] == "cudaGraphLaunch"
+    spans = trace.span_frame({"kernels": 0})
+    fwd = spans[(spans.lane == S.COMPUTE) & spans.name.isin(S.FORWARD_NAMES)]
+    replays = fwd[fwd.name == S.GRAPH_REPLAY]
+    assert len(fwd) == 23 and len(replays) == 22  # 24 new tokens: the prefill, then decodes
+    assert (replays.kernels == replays.kernels.iloc[0]).all() and replays.kernels.iloc[0] > 500
+    host = spans[spans.lane == S.HOST]
+    assert (host.name == "cudaGraphLaunch").sum() == 22 and (host.name == S.WAIT).any()
+    m = compute_metrics(trace)
+    assert m["steps"] == 23 and 5.0 < m["step_time_ms_p50"] < 50.0
+
+
+def test_back_to_back_jitter_is_settled_not_rejected(tmp_path):
+    """CUPTI can put an operation a few tens of ns into the one before it on the same stream."""
+    ev = [
+        {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": 0,
+            "tid": 7,
+            "ts": ts,
+            "dur": 10.0,
+            "args": {"stream": 7, "correlation": i},
+        }
+        for i, (cat, name, ts) in enumerate(
+            [("kernel", "k0", 0.0), ("gpu_memset", "Memset (Device)", 9.968)]
+        )
+    ]
+    trace = import_kineto(_write(tmp_path, {"traceEvents": ev}))
+    a, b = trace.spans.sort_values("ts").itertuples()
+    assert b.ts == pytest.approx(a.end) and b.dur == pytest.approx(10.0 - 0.032)
+
+
 def test_cpu_only_trace_has_host_lane_only():
     trace = import_kineto(DATA / "kineto_cpu.json.gz")
     spans = trace.spans
