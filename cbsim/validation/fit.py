@@ -157,6 +157,7 @@ def curve_fit(
     upper: Sequence[float],
     iters: int = 40,
     rel_step: float = 1e-6,
+    anchored: Sequence[str] = (),
 ) -> Fit:
     """Bounded Gauss-Newton on relative residuals (model(theta) - y) / y.
 
@@ -199,6 +200,9 @@ def curve_fit(
         # terms the data determines, firmer for one collinear with earlier terms (it keeps its
         # value unless a bound on the others makes the data need it)
         ridge = np.where(np.isin(np.arange(len(theta)), list(indep)), RIDGE, RIDGE_COLLINEAR)
+        # ``anchored`` terms are pulled back firmly throughout (a way into a basin near the
+        # start; calibrate.fit_forward refits from there without it)
+        ridge = np.where(np.isin(np.asarray(names), list(anchored)), RIDGE_COLLINEAR, ridge)
         A = np.vstack([Jw, np.diag(ridge * norms)])
         b = np.concatenate([(y - m + J @ theta) * w, ridge * norms * start])
         new = _bounded_lstsq(A, b, theta, active, lo, hi)
