@@ -197,6 +197,8 @@ class CostModel:
         read_tokens = int((((ctx + pad - 1) // pad) * pad).sum()) if pad > 1 else kv_tokens
         if decode:
             attn_work = float(kv_tokens)
+        elif self.gpu.attention_padded_groups:
+            attn_work = self.padded_attention_work(batch)
         else:
             # causal: query token j of a chunk sees start + j + 1 keys; mean over the chunk
             q = batch.query_lens
@@ -217,6 +219,11 @@ class CostModel:
                 longest = int(ctx[dec].max()) if rows else 0
             if rows:
                 attention += self.walk_us * min(longest, self.partition(rows))
+        if not decode and self.gpu.prefix_walk_us_per_token:
+            ext = (batch.query_lens > 1) & (batch.start_pos > 0)
+            if ext.any():
+                width = -(-int(ctx[ext].max()) // self.block_size) * self.block_size
+                attention += self.gpu.prefix_walk_us_per_token * width
         gap = self.gpu.graph_node_gap_us if graph else self.gpu.eager_kernel_gap_us
         kernels = self.step_kernels(batch, decode) + (1 if carry_over else 0)
         return ForwardCost(
@@ -227,6 +234,25 @@ class CostModel:
             carry_over_us=self.gpu.carry_over_us if carry_over else 0.0,
             kernels=kernels,
         )
+
+    def padded_attention_work(self, batch) -> float:
+        """Query x key pairs the runtime's attention computes in a step with prompt chunks
+        (runtime/attention.py): decode rows their context; prompt starts padded to the longest,
+        causal (flash skips the masked half); continuations padded to the longest and masked
+        against the whole gathered table (no causal skipping)."""
+        q, ctx = batch.query_lens, batch.context_lens
+        chunk = q > 1
+        start = batch.start_pos
+        fresh, ext = chunk & (start == 0), chunk & (start > 0)
+        work = float(ctx[~chunk].sum())
+        if fresh.any():
+            qm = int(q[fresh].max())
+            work += int(fresh.sum()) * qm * (qm + 1) / 2
+        if ext.any():
+            qm = int(q[ext].max())
+            width = -(-int(ctx[ext].max()) // self.block_size) * self.block_size
+            work += int(ext.sum()) * qm * width
+        return work
 
     def step_kernels(self, batch, decode: bool) -> int:
         """Kernels of one forward (graph nodes when replayed): the layers' own, plus those of

@@ -269,3 +269,17 @@ def test_launch_queue_frees_as_the_gpu_works_through_it():
     # all 4 of the first op (t=100) and 2 of 6 of the second (100 + 2/6 x 60)
     assert q.push(100.0, 160.0, 6) == pytest.approx(120.0)
     assert q.push(160.0, 170.0, 1) == pytest.approx(100.0 + 3 / 6 * 60)
+
+
+def test_padded_groups_count_the_work_the_runtime_attention_does():
+    """Prompt starts padded to the longest and causal; continuations padded to the longest and
+    masked against the whole gathered table; decode rows their context."""
+    exact, padded = model(), model(attention_padded_groups=True)
+    step = Shape([1, 100, 300, 20], [500, 100, 300, 820], kind="mixed")  # the 20 after 800 cached
+    work = padded.padded_attention_work(step)
+    assert work == 500 + 2 * 300 * 301 / 2 + 1 * 20 * 832
+    fwd = [m.forward(step, graph=False, carry_over=False).attention_us for m in (exact, padded)]
+    assert fwd[1] > fwd[0]
+    # one prompt from position 0 alone: the same work either way
+    one = Shape([8192], [8192], kind="prefill")
+    assert padded.padded_attention_work(one) == pytest.approx(8192 * 8193 / 2)

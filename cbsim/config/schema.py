@@ -226,6 +226,15 @@ class GpuCosts:
     # blocks, build the mask, masked attention)
     prefix_kernels_per_layer: int = 0
     prefix_kernels_extra: int = 0
+    # The attention of a step with prompt chunks runs as this runtime runs it (runtime/attention.py):
+    # prompt starts padded to the longest (causal), continuations padded to the longest and masked
+    # against the whole gathered table. false: varlen kernels, exact causal work per chunk
+    attention_padded_groups: bool = False
+    # Continuations (chunks after a cached prefix) go through the masked kernel, a few query rows
+    # per (request, kv head) walking the whole gathered table: besides FLOPs and bytes it takes
+    # this long per token of the widest continuation's table, all layers together (h200_run7
+    # long_prompt: 2-7 rows against an 8208-token table added 15-30 ms to a 255 ms step). 0 = none
+    prefix_walk_us_per_token: float = 0.0
     # Launches the driver queues before cudaLaunchKernel blocks the host: an eager forward
     # whose kernels outrun the GPU by this many returns only as the GPU catches up (H200,
     # CUDA 13: 1021, experiments/runtime/diag_launch: the 1022nd launch behind a sleeping
@@ -286,6 +295,7 @@ class GpuCosts:
             "gemm_row_us",
             "attention_walk_us_per_token",
             "idle_slowdown",
+            "prefix_walk_us_per_token",
         ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"hardware.gpu.{key}={getattr(self, key)} must be >= 0")
