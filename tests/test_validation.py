@@ -217,27 +217,29 @@ def test_least_squares_helpers():
     assert fit.values["a"] == pytest.approx(3) and fit.values["b"] == pytest.approx(0.0, abs=1e-9)
 
 
-SESSION = REPO / "experiments" / "runtime" / "h200_run1"
+SESSION = REPO / "experiments" / "runtime" / "h200_run8"
+# held out of the calibration: a batch size and lengths the fitted runs do not have (both engines)
+HELD_WORKLOADS = ("small_batch", "batch_16_2048")
 
 
 @pytest.mark.skipif(
-    not RECORDED,
-    reason="no recorded runtime traces committed under experiments/runtime/ yet "
-    "(issue 5 records them on the H200)",
+    not (SESSION / "seed_1024").is_dir(),
+    reason="the H200 recording session h200_run8 is not committed under experiments/runtime/",
 )
 def test_validation_on_committed_recordings(tmp_path):
-    """A fixed split of the H200 recordings (one recording session, so one runtime version):
-    fitted on the seed and long-prompt runs, the small-batch runs are held out. Loose bounds:
-    a regression guard; docs/validation.md has the leave-one-out table over all of them."""
-    session = SESSION if SESSION.is_dir() else RECORDED[0].parents[1]
-    traces = sorted(session.glob("*/trace_*.json.gz"))
-    held = [p for p in traces if p.parent.name == "small_batch"] or traces[-1:]
+    """The H200 recordings of the current runtime (one session): fitted on the seed, long-prompt,
+    batch-64 and continuous runs, the small-batch and batch-16 runs (other batch sizes and
+    lengths, both engines) are predicted within the issue's targets: total time 3%, GPU idle
+    1 pp, step time p50 5%."""
+    traces = sorted(SESSION.glob("*/trace_*.json.gz"))
+    held = [p for p in traces if p.parent.name in HELD_WORKLOADS]
     fit_on = [p for p in traces if p not in held]
+    assert len(held) == 4 and len(fit_on) == 8
     cfg = load_config(
         compose_cfg(
             [
                 "+experiment=validate",
-                f"trace=[{','.join(map(str, traces))}]",
+                f"trace=[{','.join(map(str, held))}]",
                 "extra.holdout=fit_on",
                 f"extra.fit_on=[{','.join(map(str, fit_on))}]",
                 "extra.report=false",
@@ -246,13 +248,10 @@ def test_validation_on_committed_recordings(tmp_path):
         )
     )
     out = run_validation_task(cfg, {}, tmp_path)
-    runs = {r["path"]: r for r in out["runs"]}
-    assert len(runs) == len(traces)
-    for p in held:
-        r = runs[str(p)]
+    assert len(out["runs"]) == 4
+    for r in out["runs"]:
         assert r["held_out"] and r["real"]["steps"] == r["sim"]["steps"]
-        assert abs(r["errors"]["decode_time_pct"]) < 15, r["errors"]
-        assert abs(r["errors"]["total_time_pct"]) < 20, r["errors"]
+        assert all(r["within_target"].values()), (r["name"], r["errors"])
 
 
 def test_fit_on_and_profile_holdouts(recordings, tmp_path):
