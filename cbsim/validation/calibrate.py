@@ -208,16 +208,16 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
                 )
                 if note not in cal.notes:
                     cal.notes.append(note)
-    fit = curve_fit(model, y, theta0, names, lower, upper, anchored=ANCHORED)
+    fit = curve_fit(model, y, theta0, names, lower, upper, anchored=ANCHORED, prior=theta0)
     # Gauss-Newton over rooflines can end in a poor basin (an efficiency gone so high its
     # roofline never binds, the weights' read folded into a fixed cost: a sync-only fit of
     # h200_run8 gave 4.5 ms fixed, rms 1.75%). Two more starts, the better fit kept: the prior
     # efficiencies with the other terms where the fit left them, and the end of a fit that held
     # the efficiencies near their measured values (rms 1.46% there).
     again = [theta0[i] if k in EFFS else fit.values[k] for i, k in enumerate(names)]
-    held = curve_fit(model, y, theta0, names, lower, upper, anchored=EFFS)
+    held = curve_fit(model, y, theta0, names, lower, upper, anchored=EFFS, prior=theta0)
     for start in (again, [held.values[k] for k in names]):
-        other = curve_fit(model, y, start, names, lower, upper, anchored=ANCHORED)
+        other = curve_fit(model, y, start, names, lower, upper, anchored=ANCHORED, prior=theta0)
         if np.sum(other.residuals**2) < np.sum(fit.residuals**2):
             other.fitted = {k: other.fitted[k] or fit.fitted[k] for k in names}
             fit = other
@@ -231,6 +231,8 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
             names,
             lower,
             upper,
+            anchored=ANCHORED,
+            prior=theta0,
         )
         # the refit starts where the first fit ended: a term the first fit moved stays "fitted"
         fit.fitted = {k: fit.fitted[k] or first.fitted[k] for k in names}
@@ -245,7 +247,9 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
         start = [fit.values[k] for k in names]
         for i in keep:
             lo[i] = hi[i] = start[i] = theta0[i]
-        refit = curve_fit(lambda t: model(t)[~out], y[~out], start, names, lo, hi)
+        refit = curve_fit(
+            lambda t: model(t)[~out], y[~out], start, names, lo, hi, anchored=ANCHORED, prior=theta0
+        )
         if np.sum(refit.residuals**2) > UNBOUNDED_TOLERANCE * np.sum(fit.residuals**2):
             unbounded = []  # the data needs it there
         else:

@@ -158,6 +158,7 @@ def curve_fit(
     iters: int = 40,
     rel_step: float = 1e-6,
     anchored: Sequence[str] = (),
+    prior: Sequence[float] | None = None,
 ) -> Fit:
     """Bounded Gauss-Newton on relative residuals (model(theta) - y) / y.
 
@@ -185,7 +186,9 @@ def curve_fit(
             J[:, j] = (model(tj) - m0) / (tj[j] - t[j])
         return J
 
-    start = theta.copy()
+    # what the ridge pulls towards: the prior when given (a fit restarted from elsewhere keeps
+    # the prior's value for what the data leaves open, not its own start's)
+    start = np.asarray(prior, float).copy() if prior is not None else theta.copy()
     m = model(theta)
     best = (float(np.sum(((m - y) * w) ** 2)), theta.copy(), m)
     seen: set[int] = set()  # determined by the data in some iteration
