@@ -232,7 +232,7 @@ class GpuCosts:
     attention_padded_groups: bool = False
     # Continuations (chunks after a cached prefix) go through the masked kernel, a few query rows
     # per (request, kv head) walking the whole gathered table: besides FLOPs and bytes it takes
-    # this long per token of the widest continuation's table, all layers together (h200_run7
+    # this long per token of the widest continuation's table, all layers together (h200_run8
     # long_prompt: 2-7 rows against an 8208-token table added 15-30 ms to a 255 ms step). 0 = none
     prefix_walk_us_per_token: float = 0.0
     # Launches the driver queues before cudaLaunchKernel blocks the host: an eager forward
