@@ -1,0 +1,224 @@
+"""The hardware + stack profile (``hardware`` group): device rates, host costs, GPU costs.
+
+Split from schema.py (which re-exports these) to keep one concept per file; every value is
+checked in ``__post_init__`` like the rest of the schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cbsim.config.errors import ConfigError, check_positive, check_range
+
+
+@dataclass
+class PhaseCost:
+    """A host phase's cost: fixed + per request + per token + per KV block (microseconds)."""
+
+    fixed_us: float = 0.0
+    per_request_us: float = 0.0
+    per_token_us: float = 0.0
+    # per KV-cache block in the batch's block tables (sum over requests of ceil(context / block),
+    # counted as kv_tokens // block_size + requests): building and packing the tables grows with
+    # the context (h200_run2: prepare 280 -> 370 us, launch 650 -> 850 us over seed_8192). 0 = none
+    per_block_us: float = 0.0
+
+    def cost(self, requests: int, tokens: int, blocks: int = 0) -> float:
+        return (
+            self.fixed_us
+            + self.per_request_us * requests
+            + self.per_token_us * tokens
+            + self.per_block_us * blocks
+        )
+
+
+@dataclass
+class HostCosts:
+    """CPU-side costs of the batching loop, microseconds (the stack's, not the silicon's)."""
+
+    schedule: PhaseCost = field(default_factory=PhaseCost)
+    prepare: PhaseCost = field(default_factory=PhaseCost)
+    update: PhaseCost = field(default_factory=PhaseCost)
+    # CPU time to launch one kernel eagerly (cudaLaunchKernel through PyTorch's dispatcher)
+    kernel_launch_us: float = 5.0
+    # CPU time to launch a captured graph (cudaGraphLaunch)
+    graph_launch_us: float = 10.0
+    # CPU time per KV-cache block of the batch (kv_tokens // block_size + requests) inside a
+    # launch: the runtime's copy-in stages the block tables there (h200_run2: launch 700 us at 1K
+    # context, 1,100 us at 8K); 0 = a launch independent of the context
+    launch_per_block_us: float = 0.0
+    # CPU time to enqueue one async copy
+    copy_launch_us: float = 4.0
+    # CPU time to record one event or make a stream wait on one
+    event_us: float = 1.0
+    # wake-up latency of a host blocked on an event after the GPU signals it
+    sync_wake_us: float = 5.0
+    # a periodic host stall (Python's cyclic garbage collector, allocator trims): every
+    # `stall_every_steps`-th update takes `stall_us` longer; 0 = never (simulator only)
+    stall_us: float = 0.0
+    stall_every_steps: int = 0
+
+    def __post_init__(self) -> None:
+        for phase in ("schedule", "prepare", "update"):
+            for term in ("fixed_us", "per_request_us", "per_token_us", "per_block_us"):
+                value = getattr(getattr(self, phase), term)
+                if value < 0:
+                    raise ConfigError(f"hardware.host.{phase}.{term}={value} must be >= 0")
+        for key in (
+            "kernel_launch_us",
+            "graph_launch_us",
+            "launch_per_block_us",
+            "copy_launch_us",
+            "event_us",
+            "sync_wake_us",
+            "stall_us",
+            "stall_every_steps",
+        ):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"hardware.host.{key}={getattr(self, key)} must be >= 0")
+
+
+@dataclass
+class GpuCosts:
+    """Achieved fractions of the roofline per operation kind and fixed GPU-side gaps."""
+
+    # fraction of HBM bandwidth reached streaming weights in skinny GEMMs (BRIEF: 2.2-2.9 of 4.27 TB/s)
+    gemm_bandwidth_eff: float = 0.6
+    # fraction of peak FLOP/s reached in compute-bound GEMMs (prefill)
+    gemm_flops_eff: float = 0.7
+    # fraction of HBM bandwidth reached reading the KV cache in attention
+    attention_bandwidth_eff: float = 0.5
+    # fraction of peak FLOP/s reached in prefill attention
+    attention_flops_eff: float = 0.4
+    # the attention kernel reads KV padded up to a multiple of this many tokens (1: live KV only)
+    attention_kv_pad: int = 1
+    # fixed GPU time per forward pass not covered above (norms, rope, sampling), microseconds
+    forward_fixed_us: float = 50.0
+    # GPU idle between consecutive kernels launched eagerly, microseconds
+    eager_kernel_gap_us: float = 2.0
+    # GPU idle per kernel node inside a replayed graph, microseconds
+    graph_node_gap_us: float = 0.5
+    # kernels per transformer layer (eager launches / graph nodes)
+    kernels_per_layer: int = 14
+    # kernels outside the layers (embedding, final norm, LM head, sampling)
+    kernels_extra: int = 6
+    # Kernels by the attention groups a step holds, on top of kernels_per_layer (0: one count
+    # for every step). The runtime's counts (experiments/runtime/diag_launch/run8, Kineto,
+    # Llama-3-8B on the H200): decode graph 565 nodes, eager prompt-only step 731, decode rows
+    # + prompt starts 828, + chunks after a cached prefix 1256. Per layer when the step has
+    # decode rows (their attention: split-K, reduce, the scatter into a mixed step's output):
+    decode_kernels_per_layer: int = 0
+    # per layer and once per forward when it has prompt chunks from position 0 (causal flash)
+    prefill_kernels_per_layer: int = 0
+    prefill_kernels_extra: int = 0
+    # per layer and once per forward when it has chunks after a cached prefix (gather the
+    # blocks, build the mask, masked attention)
+    prefix_kernels_per_layer: int = 0
+    prefix_kernels_extra: int = 0
+    # The attention of a step with prompt chunks runs as this runtime runs it (runtime/attention.py):
+    # prompt starts padded to the longest (causal), continuations padded to the longest and masked
+    # against the whole gathered table. false: varlen kernels, exact causal work per chunk
+    attention_padded_groups: bool = False
+    # Continuations (chunks after a cached prefix) go through the masked kernel, a few query rows
+    # per (request, kv head) walking the whole gathered table: besides FLOPs and bytes it takes
+    # this long per token of the widest continuation's table, all layers together (h200_run8
+    # long_prompt: 2-7 rows against an 8208-token table added 15-30 ms to a 255 ms step). 0 = none
+    prefix_walk_us_per_token: float = 0.0
+    # Launches the driver queues before cudaLaunchKernel blocks the host: an eager forward
+    # whose kernels outrun the GPU by this many returns only as the GPU catches up (H200,
+    # CUDA 13: 1021, experiments/runtime/diag_launch: the 1022nd launch behind a sleeping
+    # kernel blocked). A graph replay is one launch. 0 = unbounded
+    launch_queue_depth: int = 0
+    # GPU time of the in-graph carry-over scatter-add, microseconds
+    carry_over_us: float = 3.0
+    # GPU time per computed row (query token, a decode graph's padded rows included) on the
+    # memory-bound side of the linear layers, beyond streaming weights and activations: skinny
+    # GEMMs slow down with M (h200_run1, decode at batch 4, 8, 32: 7018 + 22.6 x rows + 0.0292 x KV
+    # tokens us). Prefill is FLOP-bound, so it does not pay it. 0 = none
+    gemm_row_us: float = 0.0
+    # The split-K decode-attention kernel (runtime/kernels/paged_attention.py, pick_partition):
+    # each (request, kv head, partition) program walks its partition's KV tiles one after another,
+    # so besides the KV bytes the kernel takes this long per KV token of the longest walk, all
+    # layers together: min(longest decode context, partition). h200_run2 seed_8192: 0.038 us per
+    # KV token below 4096 context, 0.020 above, where the partition (4096 tokens) splits in two.
+    # 0 = attention bound by bytes and FLOPs only
+    attention_walk_us_per_token: float = 0.0
+    # pick_partition's rule: about this many programs at full table width, partitions of at
+    # least this many tokens (a power of two); the table is as wide as the longest request
+    attention_target_programs: int = 1024
+    attention_min_partition: int = 1024
+    # A compute stream that sat idle runs its next forward slower (clocks and caches cooling
+    # down while the host works): the forward takes idle_slowdown us longer per us of idle before
+    # it (sync vs async on the same batches: h200_run1 and run3 +5..60 us after 0.3..1.5 ms of
+    # idle, about 0.04 us per idle us; h200_run2 about 1, as its forward span also holds the
+    # 700 us graph launch). A threshold below which idling costs nothing (about 150 us in run1)
+    # is not separable from forward_fixed_us in these recordings, so there is none. 0 = a
+    # forward independent of what came before
+    idle_slowdown: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key in (
+            "gemm_bandwidth_eff",
+            "gemm_flops_eff",
+            "attention_bandwidth_eff",
+            "attention_flops_eff",
+        ):
+            value = getattr(self, key)
+            if not 0.0 < value <= 1.0:
+                raise ConfigError(f"hardware.gpu.{key}={value} must be in (0, 1]")
+        check_positive("hardware.gpu.attention_kv_pad", self.attention_kv_pad)
+        check_positive("hardware.gpu.kernels_per_layer", self.kernels_per_layer)
+        for key in (
+            "kernels_extra",
+            "decode_kernels_per_layer",
+            "prefill_kernels_per_layer",
+            "prefill_kernels_extra",
+            "prefix_kernels_per_layer",
+            "prefix_kernels_extra",
+            "launch_queue_depth",
+        ):
+            check_range(f"hardware.gpu.{key}", getattr(self, key), 0, 1 << 20)
+        check_positive("hardware.gpu.attention_target_programs", self.attention_target_programs)
+        check_positive("hardware.gpu.attention_min_partition", self.attention_min_partition)
+        for key in (
+            "gemm_row_us",
+            "attention_walk_us_per_token",
+            "idle_slowdown",
+            "prefix_walk_us_per_token",
+        ):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"hardware.gpu.{key}={getattr(self, key)} must be >= 0")
+
+
+@dataclass
+class HardwareConfig:
+    """A GPU plus the software stack on it: datasheet/measured rates and fitted costs."""
+
+    name: str = "h200"
+    # dense bf16 matrix rate, FLOP/s (measured on the H200 here: 788 TFLOP/s on random data)
+    peak_flops: float = 788e12
+    # HBM copy bandwidth, bytes/s, read+write counted (measured on the H200 here: 4.27 TB/s)
+    hbm_bandwidth: float = 4.27e12
+    # device memory, bytes (H200: 141 GB, 139 GiB visible)
+    memory_bytes: float = 141e9
+    # pinned host <-> device copy bandwidth, bytes/s (PCIe Gen5 x16, about 55 GB/s achieved)
+    h2d_bandwidth: float = 55e9
+    d2h_bandwidth: float = 55e9
+    # fixed latency of one small async copy on the GPU side, microseconds
+    copy_latency_us: float = 8.0
+    host: HostCosts = field(default_factory=HostCosts)
+    gpu: GpuCosts = field(default_factory=GpuCosts)
+    # where these numbers came from, for the report
+    source: str = "datasheet and measurements on the H200 here (BRIEF)"
+
+    def __post_init__(self) -> None:
+        for key in (
+            "peak_flops",
+            "hbm_bandwidth",
+            "memory_bytes",
+            "h2d_bandwidth",
+            "d2h_bandwidth",
+        ):
+            check_positive(f"hardware.{key}", getattr(self, key))
+        if self.copy_latency_us < 0:
+            raise ConfigError(f"hardware.copy_latency_us={self.copy_latency_us} must be >= 0")
