@@ -259,11 +259,9 @@ class CostModel:
         each attention group the step holds: decode rows, prompt chunks from position 0, chunks
         after a cached prefix (the runtime's groups, runtime/attention.py)."""
         g = self.gpu
-        if decode:
-            return self.kernels + g.decode_kernels_per_layer * self.layers
-        q = batch.query_lens
-        chunk = q > 1
-        if not chunk.any():  # a prompt's last token beside decode rows: the runtime's decode path
+        chunk = None if decode else batch.query_lens > 1
+        # (a prompt's last token beside decode rows also takes the runtime's decode path)
+        if decode or not chunk.any():
             return self.kernels + g.decode_kernels_per_layer * self.layers
         prefix = batch.start_pos > 0
         n = self.kernels

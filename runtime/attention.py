@@ -83,10 +83,8 @@ class AttnMeta:
             d[f"{group}_q_idx"] = torch.where(valid, q_idx, 0)
             # padded query rows scatter into a dummy row T of the output
             d[f"{group}_out_idx"] = torch.where(valid, q_idx, self.num_tokens).reshape(-1)
-        if self.ext_tok is not None:
-            ar = torch.arange(self.ext_qmax, device=self.ext_tok.device)
-            valid = ar[None, :] < self.ext_qlen[:, None]
-            d["ext_q_pos"] = torch.where(valid, self.ext_start[:, None] + ar[None, :], 0)
+            if group == "ext":  # continuations: each query's position after its cached prefix
+                d["ext_q_pos"] = torch.where(valid, self.ext_start[:, None] + ar[None, :], 0)
 
 
 def decode_torch(

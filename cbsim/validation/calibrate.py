@@ -158,8 +158,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
         "eager_kernel_gap_us, graph_node_gap_us kept: the GPU's gap between kernels is measured "
         "from a Kineto trace (kernel_busy_us per forward), not from event-timed spans"
     )
-    if note not in cal.notes:
-        cal.notes.append(note)
+    cal.notes.append(note)
     names = [*EFFS, *terms]
     # efficiencies are fitted as their inverse (time per unit of work is linear in it)
     theta0 = [1.0 / getattr(hw.gpu, k) for k in EFFS] + [getattr(hw.gpu, k) for k in terms]
@@ -206,34 +205,34 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
                     f"{k} kept: {VISIBLE_SHARE:.0%} or more of a forward in fewer than "
                     f"{VISIBLE_MIN_FORWARDS} forwards here"
                 )
-                if note not in cal.notes:
-                    cal.notes.append(note)
-    fit = curve_fit(model, y, theta0, names, lower, upper, anchored=ANCHORED, prior=theta0)
+                cal.notes.append(note)
+
+    def fit_from(start, keep=None, lo=lower, hi=upper, anchored=ANCHORED) -> Fit:
+        """One fit from ``start`` over the forwards in ``keep`` (all by default), pulled towards
+        the starting profile (theta0) wherever the data leaves a term open."""
+        if keep is None:
+            return curve_fit(model, y, start, names, lo, hi, anchored=anchored, prior=theta0)
+        return curve_fit(
+            lambda t: model(t)[keep], y[keep], start, names, lo, hi, anchored=anchored, prior=theta0
+        )
+
+    fit = fit_from(theta0)
     # Gauss-Newton over rooflines can end in a poor basin (an efficiency gone so high its
     # roofline never binds, the weights' read folded into a fixed cost: a sync-only fit of
     # h200_run8 gave 4.5 ms fixed, rms 1.75%). Two more starts, the better fit kept: the prior
     # efficiencies with the other terms where the fit left them, and the end of a fit that held
     # the efficiencies near their measured values (rms 1.46% there).
     again = [theta0[i] if k in EFFS else fit.values[k] for i, k in enumerate(names)]
-    held = curve_fit(model, y, theta0, names, lower, upper, anchored=EFFS, prior=theta0)
+    held = fit_from(theta0, anchored=EFFS)
     for start in (again, [held.values[k] for k in names]):
-        other = curve_fit(model, y, start, names, lower, upper, anchored=ANCHORED, prior=theta0)
+        other = fit_from(start)
         if np.sum(other.residuals**2) < np.sum(fit.residuals**2):
             other.fitted = {k: other.fitted[k] or fit.fitted[k] for k in names}
             fit = other
     out = outliers(fit.residuals)
     if out.any():  # a forward far off the fit (a clock hiccup, a one-off recompile): left out
         first = fit
-        fit = curve_fit(
-            lambda t: model(t)[~out],
-            y[~out],
-            [fit.values[k] for k in names],
-            names,
-            lower,
-            upper,
-            anchored=ANCHORED,
-            prior=theta0,
-        )
+        fit = fit_from([fit.values[k] for k in names], keep=~out)
         # the refit starts where the first fit ended: a term the first fit moved stays "fitted"
         fit.fitted = {k: fit.fitted[k] or first.fitted[k] for k in names}
     # An efficiency that ran to its bound: when the traces fit as well with it at the starting
@@ -247,9 +246,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
         start = [fit.values[k] for k in names]
         for i in keep:
             lo[i] = hi[i] = start[i] = theta0[i]
-        refit = curve_fit(
-            lambda t: model(t)[~out], y[~out], start, names, lo, hi, anchored=ANCHORED, prior=theta0
-        )
+        refit = fit_from(start, keep=~out, lo=lo, hi=hi)
         if np.sum(refit.residuals**2) > UNBOUNDED_TOLERANCE * np.sum(fit.residuals**2):
             unbounded = []  # the data needs it there
         else:
@@ -257,8 +254,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration) -> None:
             fit = refit
         for k in unbounded:
             note = f"{k} kept: the traces do not bound it (fitted, it ran to {MAX_EFF:g}x)"
-            if note not in cal.notes:
-                cal.notes.append(note)
+            cal.notes.append(note)
     hw.gpu = gpu_of(np.array([fit.values[k] for k in names]))
     ceilings = _raise_ceilings(hw)
     fit.values = {k: getattr(hw.gpu, k) for k in names}
