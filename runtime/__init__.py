@@ -17,6 +17,6 @@ if TYPE_CHECKING:
 
 def run(config: CbsimConfig, engine: str) -> Trace:
     """Run the workload on the real engine ("sync" or "async") and return its trace."""
-    from cbsim.runtime.engine import execute
+    from .engine import execute
 
     return execute(config, engine).trace

@@ -215,7 +215,7 @@ def load_decode_kernel(choice: str, device: torch.device) -> DecodeKernel | None
     if choice == "torch" or (choice == "auto" and device.type != "cuda"):
         return None
     try:
-        from cbsim.runtime.kernels.paged_attention import paged_decode_attention
+        from .kernels.paged_attention import paged_decode_attention
     except ImportError as exc:
         if choice == "triton":
             raise ValueError(

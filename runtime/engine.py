@@ -21,11 +21,11 @@ import torch
 
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig
-from cbsim.runtime.io_slots import dummy_decode, dummy_prefill, empty_decode_layout
-from cbsim.runtime.loops import LoopState, run_async, run_sync
-from cbsim.runtime.runner import ModelRunner
-from cbsim.runtime.streams import SlotEvents, Streams
-from cbsim.runtime.tracing import Recorder
+from .io_slots import dummy_decode, dummy_prefill, empty_decode_layout
+from .loops import LoopState, run_async, run_sync
+from .runner import ModelRunner
+from .streams import SlotEvents, Streams
+from .tracing import Recorder
 from cbsim.scheduler import Scheduler, default_num_kv_blocks
 from cbsim.trace import Trace
 from cbsim.trace import schema as S
@@ -286,7 +286,7 @@ def compile_decode_variants(runner: ModelRunner) -> None:
     """Run the decode kernel once per variant an eager step can reach (mixed steps: any number
     of decode rows up to the batch, any table width up to the longest request), so no Triton
     compile lands inside the timed loop."""
-    from cbsim.runtime.kernels.paged_attention import compiled_variants
+    from .kernels.paged_attention import compiled_variants
 
     cache, s = runner.cache, runner.shape
     kc, vc = cache.k[0], cache.v[0]

@@ -12,9 +12,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from cbsim.runtime.runner import ModelRunner
-from cbsim.runtime.streams import SlotEvents, Streams, launch
-from cbsim.runtime.tracing import Recorder, batch_args, profiler_range
+from .runner import ModelRunner
+from .streams import SlotEvents, Streams, launch
+from .tracing import Recorder, batch_args, profiler_range
 from cbsim.scheduler import Scheduler, carry_over_index
 from cbsim.trace import schema as S
 

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from cbsim.config.schema import CbsimConfig
-from cbsim.runtime.attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
-from cbsim.runtime.io_slots import (
+from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
+from .io_slots import (
     IOSlot,
     Layout,
     dummy_decode,
@@ -27,8 +27,8 @@ from cbsim.runtime.io_slots import (
     pack_decode_into,
     slot_capacity,
 )
-from cbsim.runtime.kv_cache import PagedKVCache
-from cbsim.runtime.model import DTYPES, build_model, model_shape
+from .kv_cache import PagedKVCache
+from .model import DTYPES, build_model, model_shape
 
 
 @dataclass
@@ -64,12 +64,12 @@ class ModelRunner:
             model = build_model(config.model, device, seed=w.seed)
             # one GEMM for q/k/v and one for gate/up (runtime/kernels, issue 7); CUDA only
             if device.type == "cuda" and config.mode.fuse_projections:
-                from cbsim.runtime.kernels.fused_projections import fuse_qkv_and_gate_up
+                from .kernels.fused_projections import fuse_qkv_and_gate_up
 
                 fuse_qkv_and_gate_up(model)
             # RMSNorm and RoPE in one Triton kernel each (issue 7); mode.fuse_norm_rope=false: off
             if device.type == "cuda" and config.mode.fuse_norm_rope:
-                from cbsim.runtime.kernels.fused_elementwise import fuse_norm_and_rope
+                from .kernels.fused_elementwise import fuse_norm_and_rope
 
                 fuse_norm_and_rope(model)
         else:

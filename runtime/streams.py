@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cbsim.runtime.runner import ModelRunner, StepPlan
-from cbsim.runtime.tracing import Recorder, batch_args, profiler_range
+from .runner import ModelRunner, StepPlan
+from .tracing import Recorder, batch_args, profiler_range
 from cbsim.trace import schema as S
 
 

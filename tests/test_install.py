@@ -62,3 +62,27 @@ def test_sim_mode_never_imports_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_every_package_folder_is_listed_and_no_links():
+    """The package-dir mapping lists packages by hand: a new folder must be added to it."""
+    import tomllib
+
+    from conftest import REPO
+
+    listed = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    roots = {
+        "cbsim": REPO / "cbsim",
+        "cbsim.runtime": REPO / "runtime",
+        "cbsim.conf": REPO / "conf",
+    }
+    found = set()
+    for name, root in roots.items():
+        for init in root.rglob("__init__.py"):
+            rel = init.parent.relative_to(root).parts
+            found.add(".".join((name, *rel)))
+    assert found - listed == set(), "package folders missing from pyproject's packages"
+    links = [p for p in REPO.rglob("*") if p.is_symlink() and ".venv" not in p.parts]
+    assert links == []
