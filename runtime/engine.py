@@ -22,10 +22,10 @@ import torch
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig
 from .io_slots import dummy_decode, dummy_prefill, empty_decode_layout
-from .loops import LoopState, run_async, run_sync
+from .loop import LoopState, run_async, run_sync
 from .runner import ModelRunner
 from .streams import SlotEvents, Streams
-from .tracing import Recorder
+from .recorder import Recorder
 from cbsim.scheduler import Scheduler, default_num_kv_blocks
 from cbsim.trace import Trace
 from cbsim.trace import schema as S

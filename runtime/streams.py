@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .runner import ModelRunner, StepPlan
-from .tracing import Recorder, batch_args, profiler_range
+from .recorder import Recorder, batch_args, profiler_range
 from cbsim.trace import schema as S
 
 

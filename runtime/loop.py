@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .runner import ModelRunner
 from .streams import SlotEvents, Streams, launch
-from .tracing import Recorder, batch_args, profiler_range
+from .recorder import Recorder, batch_args, profiler_range
 from cbsim.scheduler import Scheduler, carry_over_index
 from cbsim.trace import schema as S
 
