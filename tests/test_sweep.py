@@ -14,9 +14,9 @@ from conftest import run_cli
 from synthetic_trace import cost_model, loop_trace
 
 from cbsim.metrics import compare_metrics, compute_metrics
-from cbsim.report.sweep_report import crossovers, pick_axes
 from cbsim.sweep import collect_jobs, comparison_frame, write_summary
 from cbsim.sweep.__main__ import main as sweep_main
+from cbsim.sweep.report import crossovers, pick_axes
 from cbsim.sweep.summary import FINISHED, NOT_FINISHED, NOT_STARTED, flatten
 
 SWEEP = ["engine=sync,async", "workload.batch_size=1,8,32,128", "workload.gen_len=1024,32768"]

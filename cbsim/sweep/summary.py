@@ -253,7 +253,7 @@ def write_summary(
     comparison = write_csv(comp, sweep_dir / COMPARISON_FILE)
     page = None
     if html:
-        from cbsim.report.sweep_report import write_sweep_report
+        from cbsim.sweep.report import write_sweep_report
 
         page = write_sweep_report(jobs, comp, sweep_dir / "sweep.html", min_speedup)
     return SweepResult(jobs, summary, comparison, page)

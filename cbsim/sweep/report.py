@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cbsim.report.html import Page, esc, table
+from cbsim.sweep.summary import COMPARISON_FILE, FINISHED, SUMMARY_FILE, override_keys
 
 PREFERRED_X = ("workload.batch_size",)
 PREFERRED_Y = ("workload.gen_len", "workload.prompt_len")
@@ -293,8 +294,6 @@ def verdict(comp: pd.DataFrame, keys: list[str], threshold: float) -> str:
 
 
 def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: float = 1.05) -> Path:
-    from cbsim.sweep.summary import COMPARISON_FILE, FINISHED, SUMMARY_FILE, override_keys
-
     path = Path(path)
     done = sum(j.status == FINISHED for j in jobs)
     page = Page(f"cbsim sweep · {path.parent.name}")
