@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from cbsim.metrics import compute_metrics
+from cbsim.report.trace_report import main as report_main
 from cbsim.trace import TraceError, read_trace, write_trace
 from cbsim.trace import schema as S
-from cbsim.validation.kineto import import_kineto, main
+from cbsim.trace.kineto import import_kineto, main
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -135,9 +136,11 @@ def test_cli_writes_a_trace(tmp_path, capsys):
     out = tmp_path / "out.json.gz"
     assert main([str(H200["graph"]), str(out)]) == 0
     assert read_trace(out).source == "kineto"
-    assert main([str(H200["eager"]), str(tmp_path / "e.json"), "--report"]) == 0
+    assert main([str(H200["eager"]), str(tmp_path / "e.json")]) == 0
+    assert "python -m cbsim.report" in capsys.readouterr().out
+    assert report_main([str(tmp_path / "e.json"), "-o", str(tmp_path / "e.html")]) == 0
     html = (tmp_path / "e.html").read_text()
-    assert "cbsim-plot" in html and "Kineto trace kineto_h200_eager.json.gz" in html
+    assert "cbsim-plot" in html and "kineto trace e.json" in html
     assert main([str(tmp_path / "missing.json"), str(out)]) == 1
     assert "no such Kineto trace file" in capsys.readouterr().err
 

@@ -44,7 +44,7 @@ def test_bad_input_is_a_message_and_exit_2(tmp_path, capsys):
     raw.write_text(json.dumps({"traceEvents": []}))
     assert main([str(raw)]) == 2
     err = capsys.readouterr().err
-    assert "otherData" in err and "cbsim.validation.kineto" in err
+    assert "otherData" in err and "cbsim.trace.kineto" in err
     assert main([]) == 2
     assert main([str(raw), "-o"]) == 2
 

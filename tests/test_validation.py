@@ -20,9 +20,9 @@ from omegaconf import OmegaConf
 from cbsim.config import ConfigError
 from cbsim.sim import run
 from cbsim.trace import write_trace
+from cbsim.trace.kineto import import_kineto
 from cbsim.validation.calibrate import calibrate
 from cbsim.validation.fit import independent_columns, linear_fit, nnls
-from cbsim.validation.kineto import import_kineto
 from cbsim.validation.profile import profile_yaml
 from cbsim.validation.tasks import run_validation_task
 from cbsim.validation.traces import hardware_from, load, resolve_traces
@@ -283,23 +283,6 @@ def test_fit_on_and_profile_holdouts(recordings, tmp_path):
     assert json.loads((tmp_path / "validation.json").read_text())["holdout"] == "profile"
 
 
-def test_clock_drift_is_spread_over_the_run():
-    from cbsim.trace import TraceBuilder
-    from cbsim.trace import schema as S
-    from cbsim.validation.traces import correct_drift
-
-    b = TraceBuilder("runtime", {"clock_drift_us": 100.0})
-    b.span(S.HOST, S.WAIT, 0.0, 1000.0, step=0)
-    b.span(S.COMPUTE, S.FORWARD, 0.0, 500.0, step=0)
-    b.span(S.D2H, S.COPY_D2H, 500.0, 500.0, step=0)
-    fixed = correct_drift(b.build())
-    sp = fixed.spans.set_index("name")
-    assert sp.loc[S.WAIT, "ts"] == 0.0 and sp.loc[S.WAIT, "dur"] == 1000.0  # host: as recorded
-    assert sp.loc[S.FORWARD, "end"] == pytest.approx(550.0)  # half-way: half the drift
-    assert sp.loc[S.COPY_D2H, "end"] == pytest.approx(1100.0)
-    assert fixed.other_data["clock_drift_corrected"]
-
-
 def test_replayed_batches_match_every_step(recordings):
     # async: fixed prompts, and continuous (composed from its overrides) with chunked prompts
     for rec in load([recordings[5], recordings[-1]]):
@@ -308,34 +291,6 @@ def test_replayed_batches_match_every_step(recordings):
         q, ctx = rec.batches[0]
         assert (q == ctx).all()  # the first step: prompt chunks from position 0
         assert (q == 256).all() or rec.config.workload.prompt_dist == "lognormal"
-
-
-def test_graph_span_starts_when_the_launch_has_submitted_it():
-    from cbsim.trace import TraceBuilder
-    from cbsim.trace import schema as S
-    from cbsim.validation.traces import POST_GRAPH_HOST_US, correct_graph_start
-
-    b = TraceBuilder("runtime", {})
-    # step 0: a sync launch that goes on 600 us past the compute marker; step 1: async (the
-    # launch ends long before the replay starts); step 2: eager, never moved
-    b.span(S.HOST, S.LAUNCH, 0.0, 700.0, step=0)
-    b.span(S.COMPUTE, S.GRAPH_REPLAY, 100.0, 9000.0, step=0)
-    b.span(S.HOST, S.LAUNCH, 1000.0, 300.0, step=1)
-    b.span(S.COMPUTE, S.GRAPH_REPLAY, 9100.0, 8000.0, step=1)
-    b.span(S.HOST, S.LAUNCH, 17200.0, 900.0, step=2)
-    b.span(S.COMPUTE, S.FORWARD, 17300.0, 2000.0, step=2)
-    fixed = correct_graph_start(b.build())
-    sp = fixed.spans.set_index("step")
-    moved = sp[sp.lane == S.COMPUTE]
-    assert moved.at[0, "ts"] == pytest.approx(700.0 - POST_GRAPH_HOST_US)
-    assert moved.at[0, "end"] == pytest.approx(9100.0)  # ends where it ended
-    assert moved.at[1, "ts"] == 9100.0 and moved.at[2, "ts"] == 17300.0
-    assert fixed.other_data["graph_start_corrected"] == 1
-    sim = TraceBuilder("sim", {})
-    sim.span(S.HOST, S.LAUNCH, 0.0, 700.0, step=0)
-    sim.span(S.COMPUTE, S.GRAPH_REPLAY, 100.0, 9000.0, step=0)
-    built = sim.build()
-    assert correct_graph_start(built) is built  # simulated forwards start after their launch
 
 
 def test_steady_metrics_leave_the_first_step_out(recordings):

@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
         if "otherData" in str(exc):
             print(
                 "a raw torch.profiler (Kineto) trace? import it first: python -m "
-                "cbsim.validation.kineto IN OUT.json.gz --report",
+                "cbsim.trace.kineto IN OUT.json.gz",
                 file=sys.stderr,
             )
         return 2

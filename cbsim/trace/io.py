@@ -11,6 +11,7 @@ from typing import Any
 
 from cbsim.trace import schema as S
 from cbsim.trace.model import Trace
+from cbsim.trace.normalize import normalize
 
 # Larger files are refused before parsing: the seed workload's full trace is about 40 MB.
 DEFAULT_MAX_BYTES = 1 << 30
@@ -67,10 +68,11 @@ def load_json(
 
 
 def read_trace(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> Trace:
-    """Read and validate a trace file."""
+    """Read and validate a trace file; a recorded runtime trace comes back normalised
+    (cbsim.trace.normalize: clock drift and graph starts corrected)."""
     obj = load_json(path, max_bytes)
     try:
-        return validate(obj)
+        return normalize(validate(obj))
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}") from None
 

@@ -21,7 +21,8 @@ So the timeline of an engine not written here (transformers' own continuous batc
   (``cuda*Synchronize``) are named ``wait``; ranges named like a host phase keep that name.
 
 Times are shifted so the trace starts at 0. A file that cannot be imported raises ``TraceError``
-with the reason. Command line: ``python -m cbsim.validation.kineto IN.json[.gz] OUT.json[.gz]``.
+with the reason. Command line: ``python -m cbsim.trace.kineto IN.json[.gz] OUT.json[.gz]``; the report
+of the result: ``python -m cbsim.report OUT.json[.gz]``.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from cbsim.trace import Trace, TraceBuilder, TraceError, write_trace
 from cbsim.trace import schema as S
-from cbsim.trace.io import load_json
+from cbsim.trace.builder import TraceBuilder
+from cbsim.trace.io import TraceError, load_json, validate, write_trace
+from cbsim.trace.model import Trace
 
 DEFAULT_STEP_MARKER = r"^(forward|graph_replay)(#\d+)?$"
 # overlap of two operations on one stream that is clock jitter, not a wrong mapping (us)
@@ -369,20 +371,16 @@ def _host_step(e: dict[str, Any], markers: list[tuple[float, float]]) -> int:
 def _no_overlap(trace: Trace) -> None:
     """Beyond CUPTI's timestamp jitter (``_settle``), an overlap on one lane means the stream
     mapping is wrong."""
-    from cbsim.trace import validate
-
     validate(trace.to_json_obj())
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m cbsim.validation.kineto IN OUT [STEP_REGEX] [--report]"""
+    """python -m cbsim.trace.kineto IN OUT [STEP_REGEX]"""
     argv = list(sys.argv[1:] if argv is None else argv)
-    report = "--report" in argv
-    argv = [a for a in argv if a != "--report"]
     if len(argv) not in (2, 3) or argv[0] in ("-h", "--help"):
         print(
-            "usage: python -m cbsim.validation.kineto IN.json[.gz] OUT.json[.gz] [STEP_REGEX] "
-            "[--report]\n  --report: also OUT's name with .html, the timeline and metrics",
+            "usage: python -m cbsim.trace.kineto IN.json[.gz] OUT.json[.gz] [STEP_REGEX]\n"
+            "  then: python -m cbsim.report OUT.json[.gz] -o report.html",
             file=sys.stderr,
         )
         return 2
@@ -394,12 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     path = write_trace(trace, argv[1])
     k = trace.other_data["kineto"]
     print(f"{path}: {k['steps']} steps, streams {k['streams']}")
-    if report:
-        from cbsim.report.trace_report import write_trace_report
-
-        html = Path(str(path).removesuffix(".gz").removesuffix(".json") + ".html")
-        write_trace_report(trace, html, f"Kineto trace {Path(argv[0]).name}")
-        print(f"report: {html}")
+    print(f"report: python -m cbsim.report {path} -o report.html")
     return 0
 
 

@@ -96,7 +96,7 @@ def _forward_samples(rec: Recorded) -> pd.DataFrame:
     split is known (replayed) or does not matter (a prefill split evenly is exact when all its
     prompts are equal; otherwise an approximation); a mixed step without it is left out, its
     attention FLOPs depend on the split. (A replayed graph's span starts when its work could
-    start: traces.correct_graph_start.)"""
+    start: cbsim.trace.normalize.correct_graph_start.)"""
     fwd = forward_steps(rec).sort_values("step")
     known = fwd.step.isin(list(rec.batches))
     fwd["idle"] = compute_idle(rec, fwd, fwd.ts.to_numpy())

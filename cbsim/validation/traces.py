@@ -124,82 +124,10 @@ def load(paths: list[Path]) -> list[Recorded]:
     out = []
     for p in paths:
         try:
-            out.append(Recorded(p, correct_graph_start(correct_drift(read_trace(p)))))
+            out.append(Recorded(p, read_trace(p)))  # normalised on read
         except TraceError as exc:
             raise ConfigError(str(exc)) from None
     return out
-
-
-def correct_drift(trace: Trace) -> Trace:
-    """Undo the GPU clock's drift against the host's over a runtime trace.
-
-    The runtime maps CUDA event times to the host clock through one anchor at the start and
-    measures at the end how far the two have drifted apart (otherData.clock_drift_us: the host's
-    end time minus the mapped one; about 0.6 ms over 100 s on the H200 here). Spreading that
-    linearly over the run puts each stream operation back where the host saw it; otherwise a
-    long run's late steps look as if the host woke up hundreds of microseconds after their D2H.
-    """
-    drift = trace.other_data.get("clock_drift_us")
-    if not isinstance(drift, (int, float)) or abs(drift) < 1.0:
-        return trace
-    host_pid = S.LANE_IDS[S.HOST][0]
-    xs = [e for e in trace.events if e.get("ph") == "X"]
-    if not xs:
-        return trace
-    t0 = min(e["ts"] for e in xs)
-    span = max(e["ts"] + e["dur"] for e in xs) - t0
-    if span <= 0:
-        return trace
-
-    def fix(t: float) -> float:
-        return t + drift * (t - t0) / span
-
-    events = []
-    for e in trace.events:
-        if e.get("ph") == "X" and e.get("pid") != host_pid:
-            ts, end = fix(e["ts"]), fix(e["ts"] + e["dur"])
-            e = {**e, "ts": round(ts, 3), "dur": round(end - ts, 3)}
-        events.append(e)
-    return Trace(events=events, other_data={**trace.other_data, "clock_drift_corrected": True})
-
-
-# Host work inside a runtime launch after the graph is submitted (compute_done, the D2H wait and
-# copy, d2h_done, the tracing events). In the sync runs whose GPU starts at the compute marker
-# (sync forward as long as async on the same batches: h200_run1, run3, run4, run5) the launch goes
-# on 61-113 us (medians) after the marker; in h200_run2 it goes on 496 us and the sync forward is
-# 370 us longer than async, so there the graph went in about 125 us before the launch returned.
-POST_GRAPH_HOST_US = 120.0
-
-
-def correct_graph_start(trace: Trace) -> Trace:
-    """Start each replayed graph's span when its work can start.
-
-    The runtime times a forward from a marker it records on the compute stream before the host
-    launches the graph. On an idle stream (sync) the marker passes at once, and the span then
-    also holds the rest of the host's launch, while the GPU waits for the graph: counted as
-    busy, and as a slower forward. The graph is in at the latest POST_GRAPH_HOST_US before the
-    launch span ends; a span that starts earlier is started there (only runtime traces; a
-    simulated forward starts after its launch already)."""
-    if trace.source != "runtime":
-        return trace
-    host = S.LANE_IDS[S.HOST]
-    launch_end: dict[Any, float] = {}
-    for e in trace.events:
-        if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) == host and e["name"] == S.LAUNCH:
-            step = e.get("args", {}).get("step")
-            launch_end[step] = max(launch_end.get(step, -np.inf), e["ts"] + e["dur"])
-    events, moved = [], 0
-    for e in trace.events:
-        if e.get("ph") == "X" and e["name"] == S.GRAPH_REPLAY:
-            ready = launch_end.get(e.get("args", {}).get("step"), -np.inf) - POST_GRAPH_HOST_US
-            end = e["ts"] + e["dur"]
-            if e["ts"] < ready < end:
-                e = {**e, "ts": round(ready, 3), "dur": round(end - ready, 3)}
-                moved += 1
-        events.append(e)
-    if not moved:
-        return trace
-    return Trace(events=events, other_data={**trace.other_data, "graph_start_corrected": moved})
 
 
 def config_of(trace: Trace, where: str = "trace") -> CbsimConfig:

@@ -4,7 +4,8 @@ torch.profiler on a GPU: a timeline of an engine not written here, for the Kinet
     PYTHONUNBUFFERED=1 python experiments/kineto/profile_transformers_cb.py OUT.json.gz
 
 Llama-3.2-1B shape, seeded random weights (bf16), 8 prompts of 64 tokens, 24 new tokens each, sync
-batching. Then `python -m cbsim.validation.kineto OUT.json.gz trace.json.gz --report`.
+batching. Then `python -m cbsim.trace.kineto OUT.json.gz trace.json.gz` and
+`python -m cbsim.report trace.json.gz`.
 """
 
 from __future__ import annotations

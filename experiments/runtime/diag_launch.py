@@ -63,7 +63,7 @@ def prefill_profile(out_dir: Path) -> dict:
 
     from cbsim.metrics import compute_metrics
     from cbsim.runtime.engine import execute
-    from cbsim.validation.kineto import import_kineto
+    from cbsim.trace.kineto import import_kineto
 
     over = [
         "mode=runtime",
@@ -131,7 +131,7 @@ def kernels_per_kind(out_dir: Path) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from cbsim.runtime.engine import execute
-    from cbsim.validation.kineto import import_kineto
+    from cbsim.trace.kineto import import_kineto
 
     config = make_config(MIXED)
     model = shared_model(config)
