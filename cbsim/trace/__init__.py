@@ -1,7 +1,18 @@
 """The trace format shared by the simulator, the runtime and imported profiler traces."""
 
-from cbsim.trace.builder import TraceBuilder
+from cbsim.trace.builder import NO_BATCH, TraceBuilder, batch_args
 from cbsim.trace.io import TraceError, read_trace, validate, write_trace
 from cbsim.trace.model import Trace
+from cbsim.trace.normalize import normalize
 
-__all__ = ["Trace", "TraceBuilder", "TraceError", "read_trace", "validate", "write_trace"]
+__all__ = [
+    "NO_BATCH",
+    "Trace",
+    "TraceBuilder",
+    "TraceError",
+    "batch_args",
+    "normalize",
+    "read_trace",
+    "validate",
+    "write_trace",
+]
