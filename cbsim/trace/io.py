@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from cbsim.rundir import atomic_open
 from cbsim.trace import schema as S
 from cbsim.trace.model import Trace
 from cbsim.trace.normalize import normalize
@@ -28,15 +29,14 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write JSON (gzip when the name ends in .gz); compact and key-sorted so runs compare byte for byte."""
     path = Path(path)
     data = json.dumps(trace.to_json_obj(), separators=(",", ":"), sort_keys=True).encode()
-    if path.suffix == ".gz":
-        # mtime=0 keeps gzip output byte-identical across runs
-        with (
-            open(path, "wb") as raw,
-            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f,
-        ):
-            f.write(data)
-    else:
-        path.write_bytes(data)
+    # atomic: an interrupted write leaves nothing under the final name
+    with atomic_open(path) as raw:
+        if path.suffix == ".gz":
+            # mtime=0 keeps gzip output byte-identical across runs
+            with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f:
+                f.write(data)
+        else:
+            raw.write(data)
     return path
 
 
