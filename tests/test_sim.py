@@ -162,7 +162,7 @@ def test_same_config_gives_byte_identical_traces(tmp_path):
 
 
 def test_recorder_writes_what_trace_builder_writes():
-    from cbsim.sim.record import Recorder
+    from cbsim.sim.recorder import Recorder
 
     a, b = TraceBuilder("sim"), TraceBuilder("sim")
     args = {

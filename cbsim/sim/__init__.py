@@ -3,6 +3,6 @@
 Entry point: ``run(config, engine) -> Trace`` with engine "sync" or "async". Never imports torch.
 """
 
-from cbsim.sim.run import run
+from cbsim.sim.engine import run
 
 __all__ = ["run"]

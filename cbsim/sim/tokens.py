@@ -6,12 +6,11 @@ request runs to its drawn generation length, which the scheduler knows (``max_ne
 EOS on: a request samples EOS as the last of its drawn length of tokens. A server cannot know
 where that falls, so the scheduler is told one more token may come (``max_new_tokens`` + 1): the
 sync engine never notices, but the async engine has already scheduled the step after the EOS by
-the time it sees it; that output is computed and dropped (``dropped_tokens``).
+the time it sees it; that output is computed and dropped (``dropped_tokens``). cbsim.run_setup grants the extra token
+(``eos_headroom``).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 
@@ -33,24 +32,6 @@ class Sampler:
         self.count = np.zeros(size, dtype=np.int64)
         for r in requests:
             self.length[r.rid] = r.max_new_tokens
-
-    def scheduler_requests(
-        self, requests: list[Request], max_context: int, kv_capacity_tokens: int | None = None
-    ) -> list[Request]:
-        """The requests as the scheduler sees them: with EOS on, one more token allowed (where
-        the context, and the KV cache of ``kv_capacity_tokens`` when it is fixed, have room for
-        it: the extra token's KV entries are prompt + max_new_tokens)."""
-        if self.eos_id is None:
-            return requests
-        room = max_context - 1
-        if kv_capacity_tokens is not None:
-            room = min(room, kv_capacity_tokens)
-        return [
-            dataclasses.replace(r, max_new_tokens=r.max_new_tokens + 1)
-            if r.prompt_len + r.max_new_tokens <= room
-            else r
-            for r in requests
-        ]
 
     def sample(self, batch) -> tuple[np.ndarray, int]:
         """(tokens in sample order, how many of them are kept)."""

@@ -1,17 +1,18 @@
 """The host thread: the two continuous-batching loops, as the brief draws them.
 
-Each is a SimPy process; every ``yield from`` is one host phase (engine.SimEngine), and the only
-place the host can block on the GPU is ``wait``. Read them beside BRIEF.md's "The loop".
+Each is a SimPy process; every ``yield from`` is one host phase (host_phases.HostPhases), and the
+only place the host can block on the GPU is ``wait``. Read them beside BRIEF.md's "The loop"
+(runtime/loop.py is the same two loops on the GPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 
-from cbsim.sim.engine import SimEngine
+from cbsim.sim.host_phases import HostPhases
 
 
-def sync_loop(sim: SimEngine) -> Generator:
+def run_sync(sim: HostPhases) -> Generator:
     """Synchronous: the host and the GPU take turns. Prepare batch N (its decode inputs are real
     tokens), launch it, block until its tokens are back, update, and only then build N+1."""
     while sim.sched.has_unfinished():
@@ -26,7 +27,7 @@ def sync_loop(sim: SimEngine) -> Generator:
         yield from sim.update(step)
 
 
-def async_loop(sim: SimEngine) -> Generator:
+def run_async(sim: HostPhases) -> Generator:
     """Asynchronous: while the GPU runs batch N, build batch N+1 in the other IO slot (placeholders
     where N's tokens go, a carry-over index saying which), enqueue it behind N (H2D -> compute ->
     D2H, ordered by events), then block once on N's D2H event and update with N's tokens."""
@@ -50,4 +51,4 @@ def async_loop(sim: SimEngine) -> Generator:
         yield from sim.update(inflight)
 
 
-LOOPS = {"sync": sync_loop, "async": async_loop}
+LOOPS = {"sync": run_sync, "async": run_async}

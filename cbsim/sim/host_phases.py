@@ -1,0 +1,260 @@
+"""The host thread's phases, which the loops in loop.py are written in.
+
+Each phase is a generator the host process ``yield from``s: it costs host time (costs.py), writes
+its span, and touches the streams and IO slots (the launch phase's stream work: launch.py). Time
+is in microseconds; the shared scheduler sees seconds. The scheduler is cbsim.scheduler, the very
+one the runtime drives, built by cbsim.run_setup as the runtime's is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import simpy
+
+from cbsim.config.schema import CbsimConfig
+from cbsim.run_setup import RunSetup
+from cbsim.scheduler import Batch
+from cbsim.sim.io_slots import IOSlot, SlotTracker
+from cbsim.sim.launch import Launched, StepPlan, enqueue_step, plan_step
+from cbsim.sim.recorder import Recorder
+from cbsim.sim.streams import Device, LaunchQueue, Op, happens_before
+from cbsim.sim.tokens import Sampler
+from cbsim.trace import TraceBuilder
+from cbsim.trace import schema as S
+
+NO_BATCH = {"step": -1, "slot": -1, "requests": 0, "query_tokens": 0, "kv_tokens": 0, "kind": ""}
+
+
+def batch_args(batch: Batch, slot: int) -> dict[str, Any]:
+    """The standard span args of a batch (one dict per step, shared by its spans)."""
+    return {
+        "step": batch.step,
+        "slot": slot,
+        "requests": batch.num_requests,
+        "query_tokens": batch.query_tokens,
+        "kv_tokens": batch.kv_tokens,
+        "kind": batch.kind,
+    }
+
+
+class HazardLog(Counter):
+    """Hazards by kind, each also written to the trace (kept off HostPhases: no reference cycle
+    holds the trace alive after the run)."""
+
+    def __init__(self, trace: TraceBuilder) -> None:
+        super().__init__()
+        self.trace = trace
+
+    def __call__(self, kind: str, lane: str, ts: float, step: int, slot: int, detail: str) -> None:
+        self.trace.hazard(lane, ts, kind, step, slot, detail)
+        self[kind] += 1
+
+
+class HostPhases:
+    """One simulated run's host thread: scheduler, cost model, device (streams), IO slots,
+    trace and counters, and the phases that use them."""
+
+    def __init__(self, config: CbsimConfig, setup: RunSetup, trace: TraceBuilder) -> None:
+        self.config, self.engine, self.trace = config, setup.engine, trace
+        self.env = simpy.Environment()
+        w = config.workload
+        self.requests = setup.requests
+        self.costs = setup.costs
+        self.sampler = Sampler(self.requests, w.ignore_eos, config.model.vocab_size, w.batch_size)
+        self.sched = setup.scheduler
+        self.device = Device(self.engine.streams)
+        self.launch_queue = LaunchQueue(config.hardware.gpu.launch_queue_depth)
+        self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
+        self._last_counters: dict[str, int] = {}
+        self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
+        self.hazards = HazardLog(trace)
+        self.slots = SlotTracker(setup.io_slots, self.hazards)
+        self.launches = 0
+        self.last_updated: Launched | None = None
+        self.host_us: Counter[str] = Counter()
+        self.lane_busy_us: Counter[str] = Counter()
+        self.n = Counter()  # steps, tokens, blocks, graph/eager steps, ...
+        for a in setup.arrivals:
+            trace.request_event(
+                S.ARRIVAL,
+                a.arrival_s * 1e6,
+                a.rid,
+                prompt_len=a.prompt_len,
+                max_new_tokens=a.max_new_tokens,
+            )
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _phase(self, name: str, dur: float, args: dict[str, Any]) -> simpy.Timeout:
+        env = self.env
+        self.rec.host_span(name, env.now, dur, args)
+        self.host_us[name] += dur
+        return env.timeout(dur)
+
+    def _gpu_span(
+        self, lane: str, name: str, start: float, dur: float, args: dict[str, Any]
+    ) -> None:
+        self.rec.span(lane, name, start, dur, args)
+        self.lane_busy_us[lane] += dur
+
+    def next_slot(self) -> IOSlot:
+        return self.slots.slot_for(self.launches)
+
+    # ---- host phases -----------------------------------------------------------------------
+    def schedule(self):
+        """Ask the shared scheduler for the next batch (None: nothing can run now)."""
+        now = self.env.now
+        # us -> s round-off: a few ulps relative (arrival_s * 1e6 * 1e-6 can fall below
+        # arrival_s by more than any fixed slack once arrivals pass ~1e4 s) plus 1 ps near 0
+        batch = self.sched.schedule(now * 1e-6 * (1.0 + 1e-15) + 1e-12)
+        values = self.sched.counters()
+        if values != self._last_counters:  # the counter track steps only where it changes
+            self.rec.counter(S.SCHEDULER_COUNTER, now, values)
+            self._last_counters = values
+        if batch is None:
+            yield self._phase(S.SCHEDULE, self.costs.schedule_us(0, 0), NO_BATCH)
+            return None
+        costs, requests = self.costs, batch.num_requests
+        cost = costs.schedule_us(
+            requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
+        )
+        yield self._phase(S.SCHEDULE, cost, batch_args(batch, -1))
+        return batch
+
+    def idle_until_arrival(self):
+        """Nothing to run and nothing in flight: sleep until the next request arrives."""
+        nxt = self.sched.next_arrival_s() * 1e6
+        if not nxt > self.env.now:
+            raise RuntimeError(
+                f"t={self.env.now:.3f} us: the scheduler returned no batch with "
+                "nothing in flight and no request still to arrive"
+            )
+        self.n["idle_us"] += nxt - self.env.now
+        yield self.env.timeout(nxt - self.env.now)
+
+    def prepare(self, batch: Batch, slot: IOSlot, prev: Launched | None = None):
+        """Build the inputs in the slot's pinned buffer: ids (real tokens where known,
+        placeholders for ``prev``'s pending ones), positions, block tables, indices."""
+        now, step, dev = self.env.now, batch.step, self.device
+        self.slots.write(slot, slot.pinned_in, None, dev.host_vc, step, S.HOST, now)
+        done = self.last_updated
+        if (
+            done is not None
+            and not happens_before(done.compute, dev.host_vc)
+            and batch.num_decode > int(np.count_nonzero(batch.placeholder))
+        ):
+            # tokens the host copies from the last update: is their forward known finished?
+            self.slots.token_ready(
+                done.compute, dev.host_vc, "prepare", step, S.HOST, now, slot, done.batch.step
+            )
+        args = self._prepared = batch_args(batch, slot.index)
+        costs, requests = self.costs, batch.num_requests
+        cost = costs.prepare_us(
+            requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
+        )
+        yield self._phase(S.PREPARE, cost, args)
+
+    def launch(self, batch: Batch, slot: IOSlot, prev: Launched | None):
+        """Enqueue H2D -> compute -> D2H, ordered by events (one graph launch, or every kernel
+        eagerly); the host does not wait here."""
+        now = self.env.now
+        self.launches += 1
+        args = self._prepared
+        if args is None or args["step"] != batch.step or args["slot"] != slot.index:
+            args = batch_args(batch, slot.index)
+        plan = plan_step(self, batch, prev)
+        h2d, compute, d2h, d2h_done, fwd_us, t = enqueue_step(self, batch, slot, prev, plan)
+        fwd_args = self._record_launch(plan, args, h2d, compute, d2h, fwd_us)
+        launched = Launched(batch, slot, args, h2d, compute, d2h, d2h_done, plan.forward, fwd_args)
+        yield self._phase(S.LAUNCH, t - now, args)
+        return launched
+
+    def _record_launch(
+        self, plan: StepPlan, args: dict[str, Any], h2d: Op, compute: Op, d2h: Op, fwd_us: float
+    ) -> dict[str, Any]:
+        """The step's three GPU spans and counts; returns the forward span's args."""
+        fwd = plan.forward
+        self._gpu_span(
+            h2d.lane, S.COPY_H2D, h2d.start, h2d.end - h2d.start, {**args, "bytes": plan.h2d_bytes}
+        )
+        busy_start = compute.end - fwd_us  # eager: launch-bound idle shows before it
+        fwd_args = {**args, "new_tokens": plan.samples}
+        if compute.end - compute.start - fwd_us > 0.5:
+            # how long the stream waited for the host's launches inside this forward: the
+            # runtime's event-timed span holds it (cbsim.validation compares it that way)
+            fwd_args["launch_bound_us"] = compute.end - compute.start - fwd_us
+        if plan.carry and plan.graph:  # captured in the graph: part of the replay, an arg
+            fwd_args["carry_over_us"] = fwd.carry_over_us
+            self._gpu_span(compute.lane, compute.name, busy_start, fwd_us, fwd_args)
+        else:
+            if plan.carry:  # eagerly, its own kernel just before the forward's
+                self._gpu_span(compute.lane, S.CARRY_OVER, busy_start, fwd.carry_over_us, args)
+            self._gpu_span(
+                compute.lane,
+                compute.name,
+                busy_start + fwd.carry_over_us,
+                fwd_us - fwd.carry_over_us,
+                fwd_args,
+            )
+        self._gpu_span(
+            d2h.lane, S.COPY_D2H, d2h.start, d2h.end - d2h.start, {**args, "bytes": plan.d2h_bytes}
+        )
+        n = self.n
+        n["steps"] += 1
+        n["graph_steps" if plan.graph else "eager_steps"] += 1
+        n["carry_over_steps"] += plan.carry
+        n["kernels_launched"] += 0 if plan.graph else fwd.kernels
+        n["launch_wait_us"] += compute.end - compute.start - fwd_us
+        return fwd_args
+
+    def wait(self, launched: Launched):
+        """Block until the batch's sampled tokens are on the host (its d2h_done event; on the
+        legacy default stream, a device-wide sync)."""
+        now, host = self.env.now, self.costs.host
+        event = self.device.sync_point(launched.d2h_done)
+        blocked = event.time - now
+        dur = blocked + host.sync_wake_us if blocked > 0 else host.event_us
+        self.n["host_blocks"] += 1
+        self.n["host_blocked_us"] += dur
+        yield self._phase(S.WAIT, dur, launched.args)
+        self.device.host_learns(event)
+
+    def update(self, launched: Launched):
+        """Read the tokens from the pinned outputs, hand them to the scheduler (which retires
+        finished requests and frees their KV blocks)."""
+        now, batch = self.env.now, launched.batch
+        self.slots.host_reads_outputs(launched.slot, batch.step, S.HOST, now)
+        tokens, kept = self.sampler.sample(batch)
+        finished = self.sched.update(batch, tokens)
+        self.n["generated_tokens"] += kept
+        if kept != batch.num_samples:  # sampled after the request's EOS: computed, dropped
+            launched.forward_args["new_tokens"] = kept
+            self.n["dropped_tokens"] += batch.num_samples - kept
+        for rid in self.sched.last_first_token_rids:
+            self.trace.request_event(S.FIRST_TOKEN, now, rid, step=batch.step)
+        for rid in finished:
+            state = self.sched.request(rid)
+            self.trace.request_event(
+                S.FINISH,
+                now,
+                rid,
+                tokens=state.num_outputs,
+                reason=state.finish_reason,
+                step=batch.step,
+            )
+            self.n["requests_finished"] += 1
+        self.last_updated = launched
+        costs, requests = self.costs, batch.num_requests
+        dur = costs.update_us(
+            requests, batch.num_samples, costs.kv_blocks(batch.kv_tokens, requests)
+        )
+        stall = self.costs.stall_us(self.n["updates"])
+        self.n["updates"] += 1
+        args = launched.args
+        if stall:
+            self.n["host_stalls"] += 1
+            self.n["host_stall_us"] += stall
+            args = {**args, "stall_us": stall}
+        yield self._phase(S.UPDATE, dur + stall, args)

@@ -1,0 +1,144 @@
+"""Launching one step: H2D -> compute -> D2H enqueued on the streams, ordered by events.
+
+``plan_step`` decides what the step runs (a graph replay or every kernel eagerly, the carry-over,
+the forward's cost, the bytes copied); ``enqueue_step`` puts its three operations on the streams
+at the host times the launch phase reaches, and checks every IO-slot buffer access on the way.
+Both only compute: the host phase that calls them (host_phases.py) writes the spans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cbsim.costs import ForwardCost
+from cbsim.scheduler import Batch
+from cbsim.sim.io_slots import IOSlot
+from cbsim.sim.streams import CudaEvent, Op
+from cbsim.trace import schema as S
+
+if TYPE_CHECKING:
+    from cbsim.sim.host_phases import HostPhases
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one step runs and moves."""
+
+    graph: bool  # one graph replay (else every kernel launched eagerly)
+    carry: bool  # batch N's tokens scattered into this batch's inputs first
+    forward: ForwardCost
+    samples: int  # sampled positions (tokens the forward produces)
+    kv_blocks: int  # block-table entries (costs.kv_blocks)
+    h2d_bytes: int
+    d2h_bytes: int
+
+
+@dataclass(slots=True)
+class Launched:
+    """A batch on the GPU: its slot, its three stream ops and the event the host waits on."""
+
+    batch: Batch
+    slot: IOSlot
+    args: dict[str, Any]
+    h2d: Op
+    compute: Op
+    d2h: Op
+    d2h_done: CudaEvent
+    forward: ForwardCost
+    forward_args: dict[str, Any]  # the forward span's args: new_tokens is settled in update
+
+
+def plan_step(host: HostPhases, batch: Batch, prev: Launched | None) -> StepPlan:
+    """Graph or eager, carry-over or not, and the forward's cost."""
+    costs, eng = host.costs, host.engine
+    carry = bool(
+        eng.carry_over
+        and prev is not None
+        and batch.num_decode > 0
+        and np.count_nonzero(batch.placeholder) > 0
+    )
+    # one query token per request (decode rows, or a prompt's last token among them): the
+    # runtime replays a graph for it (runtime/runner.py plan)
+    one_each = batch.query_tokens == batch.num_requests
+    padded = costs.graph_size(batch.num_requests) if one_each else None
+    graph = eng.cuda_graphs and padded is not None
+    fwd = costs.forward(
+        batch, graph=graph, carry_over=carry, padded_requests=padded if graph else None
+    )
+    # block-table entries: sum of ceil(context / block) is at most this (one partial each)
+    kv_blocks = costs.kv_blocks(batch.kv_tokens, batch.num_requests)
+    h2d_bytes = costs.h2d_bytes(
+        batch.query_tokens, batch.num_requests, batch.num_samples, kv_blocks
+    )
+    samples = batch.num_samples
+    return StepPlan(graph, carry, fwd, samples, kv_blocks, h2d_bytes, costs.d2h_bytes(samples))
+
+
+def enqueue_step(
+    host: HostPhases, batch: Batch, slot: IOSlot, prev: Launched | None, plan: StepPlan
+) -> tuple[Op, Op, Op, CudaEvent, float, float]:
+    """Enqueue the step's three operations from host time ``host.env.now``; returns them, the
+    D2H event, the forward's duration on the stream and the host time the launch ends."""
+    costs, hc, dev, tracker = host.costs, host.costs.host, host.device, host.slots
+    waits, step, vc, graph = host.engine.event_waits, batch.step, dev.host_vc, plan.graph
+    fwd = plan.forward
+    fwd_us = fwd.total_us
+    # stage the block tables, then H2D: pinned inputs -> device inputs, record h2d_done
+    t = host.env.now + hc.launch_per_block_us * plan.kv_blocks + hc.copy_launch_us
+    h2d = dev.h2d.enqueue(S.COPY_H2D, t, costs.h2d_us(plan.h2d_bytes), vc)
+    tracker.read(slot, slot.pinned_in, h2d, h2d.vc, step, h2d.lane, h2d.start)
+    tracker.write(slot, slot.dev_in, h2d, h2d.vc, step, h2d.lane, h2d.start)
+    t += hc.event_us
+    h2d_done = dev.h2d.record()
+    # compute: wait on h2d_done, carry-over scatter, forward; record compute_done
+    t += hc.event_us
+    if costs.idle_slowdown and dev.compute.seq:
+        # a compute stream that sat idle runs this forward slower
+        tail = dev.compute.tail
+        begin = max(t + (hc.graph_launch_us if graph else hc.kernel_launch_us), tail)
+        if waits and h2d_done.time > begin:
+            begin = h2d_done.time
+        slow = costs.idle_slowdown_us(begin - tail)
+        if slow:
+            fwd_us += slow
+            fwd.overhead_us += slow
+    ready = (h2d_done,) if waits else ()
+    if graph:
+        t += hc.graph_launch_us
+        compute = dev.compute.enqueue(S.GRAPH_REPLAY, t, fwd_us, vc, ready)
+    else:
+        first = t + hc.kernel_launch_us
+        t += hc.kernel_launch_us * fwd.kernels
+        # the GPU cannot finish before the host has launched the last kernel
+        compute = dev.compute.enqueue(
+            S.FORWARD, first, fwd_us, vc, ready, not_before_end=t + fwd_us / fwd.kernels
+        )
+    # a full launch queue holds the host until the GPU has worked its way down it
+    t = max(t, host.launch_queue.push(compute.start, compute.end, 1 if graph else fwd.kernels))
+    tracker.read(slot, slot.dev_in, compute, compute.vc, step, compute.lane, compute.start)
+    if plan.carry:
+        tracker.read(
+            prev.slot,
+            prev.slot.dev_out,
+            compute,
+            compute.vc,
+            step,
+            compute.lane,
+            compute.start,
+            kind="carry_over_before_ready",
+        )
+    tracker.write(slot, slot.dev_out, compute, compute.vc, step, compute.lane, compute.start)
+    t += hc.event_us
+    compute_done = dev.compute.record()
+    # D2H: wait on compute_done, copy the sampled tokens, record d2h_done
+    t += hc.event_us + hc.copy_launch_us
+    d2h = dev.d2h.enqueue(
+        S.COPY_D2H, t, costs.d2h_us(plan.d2h_bytes), vc, (compute_done,) if waits else ()
+    )
+    tracker.read(slot, slot.dev_out, d2h, d2h.vc, step, d2h.lane, d2h.start)
+    tracker.write(slot, slot.pinned_out, d2h, d2h.vc, step, d2h.lane, d2h.start)
+    t += hc.event_us
+    return h2d, compute, d2h, dev.d2h.record(), fwd_us, t
