@@ -1,0 +1,95 @@
+"""What every metric is computed from: a few tables and the run's metadata, not JSON events.
+
+A trace gives them through ``inputs_from_trace``; a back end that keeps its own per-step arrays
+can build the same tables directly (``MetricInputs(spans=..., instants=..., ...)``) and get the
+same numbers without writing or parsing a trace. Times are microseconds, rounded to the
+nanosecond as a trace stores them (``round(t, 3)``), so both routes agree to the bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cbsim.trace import schema as S
+from cbsim.trace.model import Trace
+
+# spans: one row per complete event (host phase or stream op); a span without a batch has
+# step -1, requests/tokens 0 and kind ""
+SPAN_FIELDS: dict[str, Any] = {
+    "lane": "",
+    "name": "",
+    "ts": 0.0,
+    "dur": 0.0,
+    "step": -1,
+    "requests": 0,
+    "query_tokens": 0,
+    "kv_tokens": 0,
+    "kind": "",
+    "new_tokens": 0,
+}
+# instants: request lifecycle events (lane "requests": arrival, first_token, finish with the
+# request's rid, finish also with its tokens) and hazards (name "hazard", with their kind)
+INSTANT_FIELDS: dict[str, Any] = {
+    "lane": "",
+    "name": "",
+    "ts": 0.0,
+    "rid": np.nan,
+    "tokens": np.nan,
+    "kind": "",
+}
+
+
+@dataclass
+class MetricInputs:
+    """The tables metrics read (columns: SPAN_FIELDS and INSTANT_FIELDS; ``end`` = ts + dur is
+    added when missing) and the run's metadata (a trace's otherData)."""
+
+    spans: pd.DataFrame
+    instants: pd.DataFrame
+    # every lane the run declared: a declared lane with no spans is busy 0%
+    lanes: list[str]
+    source: str = ""
+    engine: str = ""
+    # otherData.memory, .config (the resolved run config as a dict), .counters
+    memory: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] | None = None
+    counters: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.spans = _with_columns(self.spans, SPAN_FIELDS)
+        if "end" not in self.spans:
+            self.spans["end"] = self.spans["ts"] + self.spans["dur"]
+        self.instants = _with_columns(self.instants, INSTANT_FIELDS)
+
+
+def _with_columns(frame: pd.DataFrame | dict[str, Any], fields: dict[str, Any]) -> pd.DataFrame:
+    """A frame (or dict of columns) with every field present (missing ones at their default)."""
+    frame = pd.DataFrame(frame) if not isinstance(frame, pd.DataFrame) else frame
+    missing = {k: d for k, d in fields.items() if k not in frame}
+    if missing:
+        frame = frame.assign(**{k: [d] * len(frame) for k, d in missing.items()})
+    return frame
+
+
+def inputs_from_trace(trace: Trace) -> MetricInputs:
+    """The metric tables of a trace (its cached span and instant views)."""
+    other = trace.other_data
+    inst = trace.instants
+    keep = [c for c in INSTANT_FIELDS if c in inst]
+    memory = other.get("memory")
+    config = other.get("config")
+    counters = other.get("counters")
+    return MetricInputs(
+        spans=trace.spans,
+        instants=inst[keep],
+        lanes=[lane for lane in trace.lanes if lane != S.REQUESTS],
+        source=trace.source,
+        engine=trace.engine,
+        memory=memory if isinstance(memory, dict) else {},
+        config=config if isinstance(config, dict) else None,
+        counters=counters if isinstance(counters, dict) else None,
+    )

@@ -1,0 +1,139 @@
+"""Serving metrics per request, in the names vLLM's ``bench serve`` prints.
+
+- TTFT: first_token - arrival; TPOT: (finish - first_token) / (tokens - 1); E2EL: finish -
+  arrival, per request.
+- ITL: the time between a request's consecutive tokens. A running request gets one token per
+  forward, so each token after its first waited one step interval: the step intervals, each
+  counted once per token its step produced that was not a request's first.
+- request / output-token throughput: finished requests and their tokens over the total time;
+  goodput: the finished requests that met every SLO bound given (config ``slo``) per second.
+- offered load: the arrival rate of an online workload over the rate the engine finished them
+  (both between the first and the last); above ``slo.overload_ratio`` the engine does not
+  sustain the load: its queue grows and TTFT with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cbsim.metrics.inputs import MetricInputs
+from cbsim.metrics.timeline import forward_spans, pct, step_times_ms, time_range
+from cbsim.trace import schema as S
+
+SERVING = ("ttft", "tpot", "itl", "e2el")
+# the SLO fields a run config may set (config group ``slo``): bound in ms, None = no bound
+SLO_BOUNDS = ("ttft_ms", "tpot_ms", "e2el_ms")
+DEFAULT_OVERLOAD_RATIO = 1.1
+
+
+def request_table(inst: pd.DataFrame) -> pd.DataFrame:
+    """Per request (index rid): arrival, first_token, finish (us, NaN when it did not happen)
+    and tokens (from its finish instant)."""
+    req = inst[(inst.lane == S.REQUESTS) & inst.rid.notna()]
+    cols = {}
+    for name in (S.ARRIVAL, S.FIRST_TOKEN, S.FINISH):
+        cols[name] = req[req.name == name].groupby("rid")["ts"].min()
+    fin = req[req.name == S.FINISH]
+    cols["tokens"] = fin.groupby("rid")["tokens"].first()
+    return pd.DataFrame(cols)
+
+
+def serving_metrics(inp: MetricInputs) -> dict[str, Any]:
+    """TTFT, TPOT, ITL, E2EL (mean, median, p99; ms), throughputs, goodput, offered load."""
+    req = request_table(inp.instants)
+    start, end = time_range(inp)
+    duration_s = (end - start) / 1e6
+    ttft = (req[S.FIRST_TOKEN] - req[S.ARRIVAL]) / 1e3
+    e2el = (req[S.FINISH] - req[S.ARRIVAL]) / 1e3
+    n = req["tokens"].astype(float) - 1
+    tpot = ((req[S.FINISH] - req[S.FIRST_TOKEN]) / 1e3).where(n > 0) / n.where(n > 0)
+    values = {
+        "ttft": ttft.dropna().to_numpy(),
+        "tpot": tpot.dropna().to_numpy(),
+        "itl": itl_ms(inp, req, start),
+        "e2el": e2el.dropna().to_numpy(),
+    }
+    finished = req[req[S.FINISH].notna()]
+    out: dict[str, Any] = {"requests_finished": int(len(finished))}
+    for q in (50, 99):
+        out[f"ttft_ms_p{q}"] = pct(values["ttft"], q)
+        out[f"tpot_ms_p{q}"] = pct(values["tpot"], q)
+    for key, v in values.items():
+        out[f"mean_{key}_ms"] = float(v.mean()) if len(v) else None
+        out[f"median_{key}_ms"] = pct(v, 50)
+        out[f"p99_{key}_ms"] = pct(v, 99)
+    tokens = finished["tokens"].dropna()
+    ok = duration_s > 0
+    out["request_throughput"] = len(finished) / duration_s if ok and len(finished) else None
+    out["output_throughput"] = float(tokens.sum()) / duration_s if ok and len(tokens) else None
+    slo = _slo(inp.config)
+    out.update(goodput(req, ttft, tpot, e2el, slo, duration_s))
+    out.update(offered_load(req, slo.get("overload_ratio", DEFAULT_OVERLOAD_RATIO)))
+    return out
+
+
+def itl_ms(inp: MetricInputs, req: pd.DataFrame, start: float) -> np.ndarray:
+    """Inter-token latencies (ms): each step interval, once per non-first token of the step."""
+    fwd = forward_spans(inp.spans)
+    if fwd.empty:
+        return np.array([])
+    per_step = fwd.groupby("step").agg(end=("end", "max"), tokens=("new_tokens", "sum"))
+    per_step = per_step.sort_values("end")
+    intervals = step_times_ms(fwd, start)
+    ends = per_step["end"].to_numpy()
+    firsts = req[S.FIRST_TOKEN].dropna().to_numpy()
+    # a first token is delivered after its step's forward ended: the last step ended by then
+    at = np.clip(np.searchsorted(ends, firsts, side="right") - 1, 0, len(ends) - 1)
+    first_per_step = np.bincount(at, minlength=len(ends)) if len(firsts) else 0
+    weights = np.maximum(per_step["tokens"].to_numpy().astype(np.int64) - first_per_step, 0)
+    return np.repeat(intervals, weights)
+
+
+def _slo(config: dict[str, Any] | None) -> dict[str, Any]:
+    slo = (config or {}).get("slo")
+    return slo if isinstance(slo, dict) else {}
+
+
+def goodput(req, ttft, tpot, e2el, slo: dict[str, Any], duration_s: float) -> dict[str, Any]:
+    """Finished requests per second that met every SLO bound set (None without any bound)."""
+    bounds = {k: slo.get(k) for k in SLO_BOUNDS if slo.get(k) is not None}
+    out: dict[str, Any] = {"request_goodput": None, "slo_met_fraction": None}
+    finished = req[S.FINISH].notna()
+    if not bounds or not finished.any() or duration_s <= 0:
+        return out
+    good = finished.copy()
+    for key, series in (("ttft_ms", ttft), ("tpot_ms", tpot), ("e2el_ms", e2el)):
+        if key in bounds:
+            # a one-token request has no TPOT: it cannot miss a TPOT bound
+            met = series <= float(bounds[key])
+            good &= met | (series.isna() if key == "tpot_ms" else False)
+    out["request_goodput"] = int(good.sum()) / duration_s
+    out["slo_met_fraction"] = int(good.sum()) / int(finished.sum())
+    return out
+
+
+def offered_load(req: pd.DataFrame, overload_ratio: float) -> dict[str, Any]:
+    """Arrival rate over the rate requests were finished (online workloads; None offline)."""
+    out: dict[str, Any] = {
+        "offered_request_rate": None,
+        "sustained_request_rate": None,
+        "offered_load_ratio": None,
+        "overloaded": None,
+    }
+    arrivals = np.sort(req[S.ARRIVAL].dropna().to_numpy())
+    finishes = np.sort(req[S.FINISH].dropna().to_numpy())
+    if len(arrivals) < 2 or len(finishes) < 2:
+        return out
+    arrival_span, finish_span = arrivals[-1] - arrivals[0], finishes[-1] - finishes[0]
+    if arrival_span <= 0 or finish_span <= 0:
+        return out
+    offered = (len(arrivals) - 1) / (arrival_span / 1e6)
+    sustained = (len(finishes) - 1) / (finish_span / 1e6)
+    out["offered_request_rate"] = float(offered)
+    out["sustained_request_rate"] = float(sustained)
+    out["offered_load_ratio"] = float(offered / sustained)
+    out["overloaded"] = bool(offered / sustained > overload_ratio)
+    return out
