@@ -118,7 +118,7 @@ def counters(sim: HostPhases) -> dict[str, Any]:
         "hazards": sum(sim.hazards.values()),
         "hazards_by_kind": dict(sorted(sim.hazards.items())),
         "simpy_events": _simpy_events(sim),
-        "trace_events": len(sim.trace.events),
+        "trace_events": sim.rec.num_events,
     }
 
 

@@ -22,34 +22,20 @@ from cbsim.sim.launch import Launched, StepPlan, enqueue_step, plan_step
 from cbsim.sim.recorder import Recorder
 from cbsim.sim.streams import Device, LaunchQueue, Op, happens_before
 from cbsim.sim.tokens import Sampler
-from cbsim.trace import TraceBuilder
+from cbsim.trace import NO_BATCH, TraceBuilder, batch_args
 from cbsim.trace import schema as S
-
-NO_BATCH = {"step": -1, "slot": -1, "requests": 0, "query_tokens": 0, "kv_tokens": 0, "kind": ""}
-
-
-def batch_args(batch: Batch, slot: int) -> dict[str, Any]:
-    """The standard span args of a batch (one dict per step, shared by its spans)."""
-    return {
-        "step": batch.step,
-        "slot": slot,
-        "requests": batch.num_requests,
-        "query_tokens": batch.query_tokens,
-        "kv_tokens": batch.kv_tokens,
-        "kind": batch.kind,
-    }
 
 
 class HazardLog(Counter):
-    """Hazards by kind, each also written to the trace (kept off HostPhases: no reference cycle
-    holds the trace alive after the run)."""
+    """Hazards by kind, each also recorded (kept off HostPhases: no reference cycle holds the
+    trace alive after the run)."""
 
-    def __init__(self, trace: TraceBuilder) -> None:
+    def __init__(self, rec: Recorder) -> None:
         super().__init__()
-        self.trace = trace
+        self.rec = rec
 
     def __call__(self, kind: str, lane: str, ts: float, step: int, slot: int, detail: str) -> None:
-        self.trace.hazard(lane, ts, kind, step, slot, detail)
+        self.rec.hazard(lane, ts, kind, step, slot, detail)
         self[kind] += 1
 
 
@@ -70,7 +56,7 @@ class HostPhases:
         self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
         self._last_counters: dict[str, int] = {}
         self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
-        self.hazards = HazardLog(trace)
+        self.hazards = HazardLog(self.rec)
         self.slots = SlotTracker(setup.io_slots, self.hazards)
         self.launches = 0
         self.last_updated: Launched | None = None
@@ -78,7 +64,7 @@ class HostPhases:
         self.lane_busy_us: Counter[str] = Counter()
         self.n = Counter()  # steps, tokens, blocks, graph/eager steps, ...
         for a in setup.arrivals:
-            trace.request_event(
+            self.rec.request_event(
                 S.ARRIVAL,
                 a.arrival_s * 1e6,
                 a.rid,
@@ -120,7 +106,7 @@ class HostPhases:
         cost = costs.schedule_us(
             requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
         )
-        yield self._phase(S.SCHEDULE, cost, batch_args(batch, -1))
+        yield self._phase(S.SCHEDULE, cost, batch_args(batch))
         return batch
 
     def idle_until_arrival(self):
@@ -149,7 +135,7 @@ class HostPhases:
             self.slots.token_ready(
                 done.compute, dev.host_vc, "prepare", step, S.HOST, now, slot, done.batch.step
             )
-        args = self._prepared = batch_args(batch, slot.index)
+        args = self._prepared = batch_args(batch, slot=slot.index)
         costs, requests = self.costs, batch.num_requests
         cost = costs.prepare_us(
             requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
@@ -163,7 +149,7 @@ class HostPhases:
         self.launches += 1
         args = self._prepared
         if args is None or args["step"] != batch.step or args["slot"] != slot.index:
-            args = batch_args(batch, slot.index)
+            args = batch_args(batch, slot=slot.index)
         plan = plan_step(self, batch, prev)
         h2d, compute, d2h, d2h_done, fwd_us, t = enqueue_step(self, batch, slot, prev, plan)
         fwd_args = self._record_launch(plan, args, h2d, compute, d2h, fwd_us)
@@ -233,10 +219,10 @@ class HostPhases:
             launched.forward_args["new_tokens"] = kept
             self.n["dropped_tokens"] += batch.num_samples - kept
         for rid in self.sched.last_first_token_rids:
-            self.trace.request_event(S.FIRST_TOKEN, now, rid, step=batch.step)
+            self.rec.request_event(S.FIRST_TOKEN, now, rid, step=batch.step)
         for rid in finished:
             state = self.sched.request(rid)
-            self.trace.request_event(
+            self.rec.request_event(
                 S.FINISH,
                 now,
                 rid,
