@@ -135,9 +135,13 @@ class _Pipe:
             raise RuntimeError(f"{method}: {reply['error']}")
         return reply.get("result", {})
 
-    def evaluate(self, session: str, expression: str) -> Any:
+    def evaluate(self, session: str, expression: str, timeout: float = 30.0) -> Any:
+        """The value of an expression; a promise is awaited (the zoom probes return one)."""
         r = self.send(
-            "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session,
+            timeout=timeout,
         )
         return r.get("result", {}).get("value")
 

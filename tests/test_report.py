@@ -142,3 +142,66 @@ def test_odd_traces_still_make_a_report(tmp_path, shape):
         f = run_frames("sync", t)
         assert f.gpu_lane == S.DEFAULT and S.DEFAULT in f.rows
         assert f.idle["dur_us"].sum() == pytest.approx(30 * 30.0 + 29 * 10.0)
+
+
+def test_binned_lanes_are_as_deep_as_they_are_busy():
+    from cbsim.report.bins import LEVELS, _phase_scale, shade_level
+
+    # a stream busy 0.02% of a bin gets the palest of LEVELS depths: nearly white
+    assert shade_level(np.array([0.0002, 0.5, 1.0])).tolist() == [0, LEVELS / 2 - 1, LEVELS - 1]
+    palest = _phase_scale([S.COPY_H2D])[0][1]
+    assert min(int(c) for c in re.findall(r"\d+", palest)) > 235
+    fig = overview_figure([run_frames(e, loop_trace(e, 1200)) for e in ("sync", "async")])
+    bars = [t for t in fig.data if t.meta == "share-legend"]
+    assert len(bars) == 1 and "busy share" in bars[0].colorbar.title.text
+    assert bars[0].colorbar.ticksuffix == "%"
+
+
+def test_long_runs_have_a_time_axis_in_seconds():
+    short = [run_frames("sync", loop_trace("sync", 40))]
+    long = [run_frames("sync", loop_trace("sync", 8192))]
+    assert "(ms)" in overview_figure(short).layout.xaxis.title.text
+    assert long[0].total_ms > 10_000
+    assert "(s)" in overview_figure(long).layout.xaxis.title.text
+
+
+def test_zoom_payload_holds_every_span_to_a_tenth_of_a_microsecond():
+    from cbsim.report.zoom import TICKS_PER_MS, zoom_payload
+
+    frames = [run_frames(e, loop_trace(e, 300)) for e in ("sync", "async")]
+    payload = zoom_payload(frames, 1.0, "ms")
+    assert [r["xaxis"] for r in payload["runs"]] == ["x", "x2"]
+    for run, f in zip(payload["runs"], frames):
+        assert sum(len(g["ts"]) for g in run["groups"]) == len(f.spans) + len(f.idle)
+        g = next(g for g in run["groups"] if g["name"] == S.GRAPH_REPLAY)
+        starts = np.cumsum(g["ts"]) / TICKS_PER_MS
+        spans = f.spans[f.spans.name == S.GRAPH_REPLAY].sort_values("ts_ms")
+        assert np.allclose(starts, spans["ts_ms"], atol=1e-4)
+        assert np.cumsum(g["step"]).tolist() == spans["step"].tolist()
+
+
+def test_step_time_axis_is_clipped_to_the_steady_state_and_marks_the_rest():
+    from cbsim.report.charts import step_time_figure
+
+    f = run_frames("sync", loop_trace("sync", 400))
+    f.steps.loc[f.steps.index[[0, 200]], "step_ms"] = 500.0  # a prefill and a stall
+    fig = step_time_figure([f])
+    top = fig.layout.yaxis.range[1]
+    assert top < 50
+    marks = [t for t in fig.data if "above the axis" in (t.name or "")]
+    assert len(marks) == 1 and marks[0].x.tolist() == [0, 200]
+    assert list(marks[0].customdata) == [500.0, 500.0]
+
+
+def test_stalls_and_prefill_steps_are_marked_on_the_timeline():
+    b = TraceBuilder("sim", {"engine": "sync"})
+    for i in range(60):
+        t = i * 10_000.0
+        kind = "prefill" if i == 0 else "decode"
+        upd = 50_000.0 if i == 30 else 1000.0  # one stall: 50x the median update
+        b.span(S.HOST, S.UPDATE, t, upd, step=i, kind=kind)
+        b.span(S.COMPUTE, S.GRAPH_REPLAY, t + 2000, 5000.0, step=i, kind=kind, new_tokens=1)
+    f = run_frames("sync", b.build())
+    assert f.stalls["step"].tolist() == [30] and f.stalls["name"].tolist() == [S.UPDATE]
+    names = {t.name for t in overview_figure([f]).data}
+    assert {"host stall", "prefill / mixed step"} <= names

@@ -63,6 +63,42 @@ def test_seed_size_report_opens_fast(chromium, tmp_path):
     assert r.load_s < OPEN_LIMIT_S
 
 
+# zooms the binned overview to 3 of its 2,000ths, then back out; what was drawn each time
+ZOOM_JS = """
+(async () => {
+  const div = document.querySelector('[data-hook="timelineDetail"]');
+  const axes = Object.keys(div._fullLayout).filter(k => /^xaxis\\d*$/.test(k));
+  const r = div._fullLayout.xaxis.range, w = (r[1] - r[0]) / 2000, upd = {};
+  axes.forEach(k => { upd[k + '.range'] = [r[0] + 1000 * w, r[0] + 1003 * w]; });
+  const legend = Array.from(document.querySelectorAll('.cbtitle')).map(e => e.textContent);
+  await Plotly.relayout(div, upd);
+  await new Promise(res => setTimeout(res, 400));
+  const zoomed = {spans: +div.dataset.detailSpans,
+    bars: div.querySelectorAll('.barlayer .point').length,
+    bins: div.data.filter(t => t.meta === 'bins').map(t => t.visible)};
+  const out = {};
+  axes.forEach(k => { out[k + '.autorange'] = true; });
+  await Plotly.relayout(div, out);
+  await new Promise(res => setTimeout(res, 400));
+  return JSON.stringify({legend, zoomed, after: +div.dataset.detailSpans,
+    bins: div.data.filter(t => t.meta === 'bins').map(t => t.visible)});
+})()
+"""
+
+
+def test_binned_timeline_has_a_legend_and_zooms_to_real_spans(chromium, tmp_path):
+    path = write_run_report(
+        runs_of(1200), make_config(["engine=compare"]), tmp_path / "report.html"
+    )
+    r = chromium.open(path, expression=ZOOM_JS)
+    assert not r.problems, r.problems
+    assert any("busy share" in t and "(%)" in t for t in r.probe["legend"]), r.probe
+    zoomed = r.probe["zoomed"]
+    assert 0 < zoomed["spans"] <= 3000 and zoomed["bars"] == zoomed["spans"], r.probe
+    assert zoomed["bins"] and not any(zoomed["bins"]), r.probe  # bins give way to the spans
+    assert r.probe["after"] == 0 and all(r.probe["bins"]), r.probe
+
+
 def test_sweep_report_draws_without_errors(chromium, tmp_path):
     sweep = make_sweep(tmp_path / "sw", SWEEP, unfinished={5})
     r = chromium.open(write_summary(sweep).html)

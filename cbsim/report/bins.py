@@ -1,7 +1,10 @@
-"""The binned overview: per lane and time bin, the phase that filled most of it.
+"""The binned overview: per lane and time bin, how busy the lane was and with which phase.
 
 Used above SEGMENT_BUDGET spans: a heatmap row per lane is one image whatever the trace's size, so
-a 10^5-span run opens as fast as a small one; the detail windows and the trace file keep every span.
+a 10^5-span run opens as fast as a small one. A cell's hue is the phase that filled most of the
+bin, its depth the lane's busy share of the bin (white: idle, full colour: busy throughout), so a
+stream busy 0.02% of the time looks empty; the colourbar is that legend. Zooming in replaces the
+bins by the real spans (cbsim.report.zoom); the trace file keeps every span.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ import numpy as np
 import plotly.graph_objects as go
 
 from cbsim.report.frames import IDLE_ROW, RunFrames, busy_before, union_intervals
-from cbsim.report.style import PHASE_COLORS, color_of, legend_entry, row_y
+from cbsim.report.style import PHASE_COLORS, color_of, legend_entry, mix, row_y
 
 AGGREGATE_BINS = 1500
-LEVELS = 4  # busy-share bands per phase colour
+LEVELS = 20  # depth steps of the busy share: 5% each
+SHARE_INK = "#525252"  # the colourbar's ink: depth, whatever the hue
 
 
 def occupancy(ts: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -22,15 +26,21 @@ def occupancy(ts: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.diff(busy_before(s, e, edges))
 
 
+def shade_level(busy: np.ndarray) -> np.ndarray:
+    """Depth band 0..LEVELS-1 of a busy share in (0, 1]: band k shades (k + 1) / LEVELS."""
+    return np.clip(np.ceil(busy * LEVELS), 1, LEVELS) - 1
+
+
 def aggregate_rows(
-    fig: go.Figure, run: RunFrames, row: int, bin_ms: float, shown: set[str]
+    fig: go.Figure, run: RunFrames, row: int, bin_ms: float, shown: set[str], unit: float = 1.0
 ) -> None:
-    """Per lane, a one-row heatmap of the dominant phase per bin; the idle row as a red ramp."""
+    """Per lane, a one-row heatmap: hue the dominant phase, depth the busy share of the bin."""
     ys = row_y(run.rows)
     nbins = max(1, int(np.ceil(run.total_ms / bin_ms)))
     edges = np.arange(nbins + 1) * bin_ms
-    centers = (edges[:-1] + edges[1:]) / 2
-    label = [f"{a:.2f}–{b:.2f} ms" for a, b in zip(edges[:-1], edges[1:])]
+    centers = (edges[:-1] + edges[1:]) / 2 / unit
+    name = "s" if unit == 1e3 else "ms"
+    label = [f"{a / unit:.4g}–{b / unit:.4g} {name}" for a, b in zip(edges[:-1], edges[1:])]
     for lane, g in run.spans.groupby("lane", sort=False):
         if lane not in ys:
             continue
@@ -44,18 +54,20 @@ def aggregate_rows(
             )
             / bin_ms
         )
-        # colour: the phase that filled most of the bin, paler the less the lane was busy
-        busy = np.clip(occ.sum(axis=0), 0.0, 1.0)
-        level = np.clip(np.ceil(busy * LEVELS), 1, LEVELS) - 1
-        z = np.where(busy > 0, occ.argmax(axis=0) * LEVELS + level + 0.5, np.nan)
+        busy = np.clip(
+            occupancy(g["ts_ms"].to_numpy(float), g["end_ms"].to_numpy(float), edges) / bin_ms,
+            0.0,
+            1.0,
+        )
+        z = np.where(busy > 0, occ.argmax(axis=0) * LEVELS + shade_level(busy) + 0.5, np.nan)
         order = np.argsort(-occ, axis=0)[:3]
         text = [
-            "<br>".join(f"{names[k]} {occ[k, j]:.1%}" for k in order[:, j] if occ[k, j] > 0)
+            f"busy {busy[j]:.2%}<br>"
+            + "<br>".join(f"{names[k]} {occ[k, j]:.2%}" for k in order[:, j] if occ[k, j] > 0)
             for j in range(nbins)
         ]
-        scale = _phase_scale(names)
-        for name in names:
-            legend_entry(fig, name, shown)
+        for n in names:
+            legend_entry(fig, n, shown)
         fig.add_trace(
             go.Heatmap(
                 x=centers,
@@ -63,33 +75,38 @@ def aggregate_rows(
                 z=[z],
                 zmin=0,
                 zmax=len(names) * LEVELS,
-                colorscale=scale,
+                colorscale=_phase_scale(names),
                 showscale=False,
                 customdata=[label],
                 text=[text],
                 ygap=4,
+                meta="bins",
                 hovertemplate=f"<b>{lane}</b> %{{customdata}}<br>%{{text}}<extra>{run.engine}</extra>",
             ),
             row=row,
             col=1,
         )
     if IDLE_ROW in ys and len(run.idle):
-        idle = (
+        idle = np.clip(
             occupancy(run.idle["ts_ms"].to_numpy(float), run.idle["end_ms"].to_numpy(float), edges)
-            / bin_ms
+            / bin_ms,
+            0.0,
+            1.0,
         )
         fig.add_trace(
             go.Heatmap(
                 x=centers,
                 y=[ys[IDLE_ROW]],
-                z=[idle],
+                z=[np.where(idle > 0, shade_level(idle) + 0.5, np.nan)],
                 zmin=0,
-                zmax=1,
+                zmax=LEVELS,
                 showscale=False,
                 ygap=4,
-                colorscale=[[0, "#ffffff"], [1, PHASE_COLORS[IDLE_ROW]]],
+                meta="bins",
+                colorscale=_phase_scale([IDLE_ROW]),
                 customdata=[label],
-                hovertemplate="<b>GPU idle</b> %{customdata}: %{z:.1%}<extra>"
+                text=[[f"{v:.2%}" for v in idle]],
+                hovertemplate="<b>GPU idle</b> %{customdata}: %{text}<extra>"
                 + run.engine
                 + "</extra>",
             ),
@@ -99,19 +116,44 @@ def aggregate_rows(
         legend_entry(fig, IDLE_ROW, shown)
 
 
-def _mix(color: str, share: float) -> str:
-    """The colour mixed with white: share 1 is the colour itself."""
-    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
-    return "rgb({},{},{})".format(*(round(255 - (255 - c) * share) for c in (r, g, b)))
+def share_colorbar(fig: go.Figure, row: int, rows: int) -> None:
+    """The depth legend: a colourbar of the busy share (%), beside the first engine's rows."""
+    fig.add_trace(
+        go.Heatmap(
+            # one transparent cell below the rows (their y range is fixed): a colourbar needs data
+            x=[0.0],
+            y=[-5],
+            z=[[0.0]],
+            opacity=0,
+            zmin=0,
+            zmax=100,
+            colorscale=[[0, "#ffffff"], [1, SHARE_INK]],
+            showscale=True,
+            hoverinfo="skip",
+            meta="share-legend",
+            colorbar=dict(
+                title=dict(text="busy share<br>of the bin (%)", side="top"),
+                ticksuffix="%",
+                len=min(1.0, 1.6 / rows),
+                y=1.0,
+                yanchor="top",
+                thickness=14,
+                nticks=6,
+            ),
+        ),
+        row=row,
+        col=1,
+    )
 
 
 def _phase_scale(names: list[str]) -> list[list]:
-    """A discrete colour scale: LEVELS bands per phase, from pale (little busy) to full."""
+    """A discrete colour scale: LEVELS depths per phase, from 1/LEVELS to full colour."""
     n = len(names) * LEVELS
     scale: list[list] = []
     for k, name in enumerate(names):
+        base = PHASE_COLORS.get(name) or color_of(name)
         for lv in range(LEVELS):
-            c = _mix(color_of(name), 0.25 + 0.75 * (lv + 1) / LEVELS)
+            c = mix(base, (lv + 1) / LEVELS)
             i = k * LEVELS + lv
             scale += [[i / n, c], [(i + 1) / n, c]]
     return scale

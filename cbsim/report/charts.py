@@ -1,4 +1,9 @@
-"""The run's story in three charts: where the time went, step time, and each step's make-up."""
+"""The run's story in three charts: where the time went, step time, and each step's make-up.
+
+Step-time axes are clipped to the steady state (STEADY_QUANTILE, with headroom), so one prefill or
+stall step does not flatten the rest; the steps above the axis are marked at its top edge with
+their real values in the hover.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,10 @@ from cbsim.report.style import PHASE_COLORS
 
 GPU_COLOR = PHASE_COLORS["graph_replay"]
 EXPOSED_COLOR = PHASE_COLORS["GPU idle"]
-ENGINE_COLORS = {"sync": "#d62728", "async": "#1f77b4"}
+# engines are never red: red is GPU idle on every chart of the page
+ENGINE_COLORS = {"sync": "#525252", "async": "#1f77b4"}
+STEADY_QUANTILE = 0.99
+HEADROOM = 1.25
 # above this many steps the stacked view shows means over groups of steps
 MAX_BARS = 400
 
@@ -61,9 +69,46 @@ def time_split_figure(runs: list[RunFrames]) -> go.Figure:
     return fig
 
 
+def steady_top(values: list[np.ndarray]) -> float | None:
+    """The top of a step-time axis: the steady state's high quantile with headroom; None when
+    nothing sticks out above it (the axis then shows everything)."""
+    v = np.concatenate([np.asarray(x, float) for x in values]) if values else np.array([])
+    v = v[np.isfinite(v)]
+    if len(v) < 20:
+        return None
+    top = float(np.quantile(v, STEADY_QUANTILE)) * HEADROOM
+    return top if top > 0 and v.max() > top else None
+
+
+def _outliers(fig: go.Figure, x, y, top: float, color: str, engine: str, **where) -> None:
+    """Values above the clipped axis as triangles on its top edge, real values in the hover."""
+    x, y = np.asarray(x), np.asarray(y, float)
+    over = y > top
+    if not over.any():
+        return
+    fig.add_trace(
+        go.Scatter(
+            x=x[over],
+            y=np.full(int(over.sum()), top * 0.985),
+            mode="markers",
+            name=f"{engine}: {int(over.sum())} steps above the axis (max {y[over].max():.1f} ms)",
+            marker=dict(
+                symbol="triangle-up", size=9, color=color, line=dict(width=1, color="#000")
+            ),
+            customdata=y[over],
+            hovertemplate="step %{x}: %{customdata:.3f} ms (above the axis)<extra>"
+            + engine
+            + "</extra>",
+        ),
+        **where,
+    )
+
+
 def step_time_figure(runs: list[RunFrames]) -> go.Figure:
-    """Step time over the run per engine, with the GPU's share of each step dotted."""
+    """Step time over the run per engine, with the GPU's share of each step dotted; the axis
+    clipped to the steady state, the steps above it marked."""
     fig = go.Figure()
+    top = steady_top([r.steps["step_ms"].to_numpy(float) for r in runs])
     for r in runs:
         s = r.steps
         color = ENGINE_COLORS.get(r.engine, "#2ca02c")
@@ -87,6 +132,10 @@ def step_time_figure(runs: list[RunFrames]) -> go.Figure:
                 hovertemplate="step %{x}: GPU busy %{y:.3f} ms<extra>" + r.engine + "</extra>",
             )
         )
+        if top is not None:
+            _outliers(fig, s["step"], s["step_ms"], top, color, r.engine)
+    if top is not None:
+        fig.update_yaxes(range=[0, top])
     fig.update_layout(
         height=320,
         margin=dict(l=60, r=20, t=30, b=45),
@@ -125,6 +174,7 @@ def stacked_steps_figure(runs: list[RunFrames]) -> go.Figure:
         binned.append(b)
         per = "per step" if size == 1 else f"mean per step over groups of {size} steps"
         titles.append(f"{r.engine}: GPU busy vs CPU exposed, {per}")
+    top = steady_top([(b["gpu_ms"] + b["exposed_ms"]).to_numpy(float) for b in binned])
     fig = make_subplots(
         rows=len(runs),
         cols=1,
@@ -157,6 +207,12 @@ def stacked_steps_figure(runs: list[RunFrames]) -> go.Figure:
                 col=1,
             )
         fig.update_yaxes(title_text="ms", rangemode="tozero", row=i, col=1)
+        if top is not None:
+            total = (b["gpu_ms"] + b["exposed_ms"]).to_numpy(float)
+            color = ENGINE_COLORS.get(r.engine, "#2ca02c")
+            _outliers(fig, x, total, top, color, r.engine, row=i, col=1)
+    if top is not None:
+        fig.update_yaxes(range=[0, top])
     fig.update_xaxes(title_text="step", row=len(runs), col=1)
     fig.update_layout(
         barmode="stack",

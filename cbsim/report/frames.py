@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cbsim.metrics import stall_spans
 from cbsim.trace import schema as S
 from cbsim.trace.model import Trace
 
@@ -15,6 +16,8 @@ IDLE_ROW = "GPU idle"
 ROW_ORDER = (S.HOST, S.H2D, S.COMPUTE, IDLE_ROW, S.D2H, S.DEFAULT)
 # a detail window spans this many steps
 WINDOW_STEPS = 6
+# timeline axes switch from ms to s above this run length
+SECONDS_ABOVE_MS = 10_000.0
 
 
 @dataclass
@@ -26,9 +29,15 @@ class RunFrames:
     idle: pd.DataFrame  # ts_ms, end_ms, dur_us: intervals the GPU lane executes nothing
     steps: pd.DataFrame  # step, end_ms, step_ms, gpu_ms, exposed_ms
     hazards: pd.DataFrame  # ts_ms, lane, kind, step, slot, detail
+    stalls: pd.DataFrame  # ts_ms, end_ms, step, name, dur_ms, median_ms (cbsim.metrics stalls)
     rows: list[str]  # timeline rows present, top to bottom
     gpu_lane: str
     total_ms: float
+
+
+def time_unit(total_ms: float) -> tuple[float, str]:
+    """(ms per unit, unit name) for a time axis: seconds on long runs, so no "300k ms"."""
+    return (1e3, "s") if total_ms > SECONDS_ABOVE_MS else (1.0, "ms")
 
 
 def gpu_lane_of(spans: pd.DataFrame) -> str:
@@ -77,11 +86,13 @@ def busy_before(blocks_s: np.ndarray, blocks_e: np.ndarray, t: np.ndarray) -> np
 
 
 def step_table(gpu: pd.DataFrame, start: float) -> pd.DataFrame:
-    """Per step: its time (between forward ends, as metrics), GPU busy in it, and the rest."""
+    """Per step: its time (between forward ends, as metrics), GPU busy in it, the rest, and the
+    batch kind (prefill, decode, mixed)."""
     fwd = gpu[gpu["name"].isin(S.FORWARD_NAMES)]
     if fwd.empty:
-        return pd.DataFrame(columns=["step", "end_ms", "step_ms", "gpu_ms", "exposed_ms"])
+        return pd.DataFrame(columns=["step", "end_ms", "step_ms", "gpu_ms", "exposed_ms", "kind"])
     ends = fwd.groupby("step")["end_ms"].max().sort_values()
+    kinds = fwd.groupby("step")["kind"].first().reindex(ends.index)
     end_ms = ends.to_numpy(float)
     prev = np.concatenate([[start], end_ms[:-1]])
     bs, be = union_intervals(gpu["ts_ms"].to_numpy(float), gpu["end_ms"].to_numpy(float))
@@ -94,6 +105,22 @@ def step_table(gpu: pd.DataFrame, start: float) -> pd.DataFrame:
             "step_ms": step_ms,
             "gpu_ms": gpu_ms,
             "exposed_ms": np.maximum(step_ms - gpu_ms, 0.0),
+            "kind": kinds.astype(str).to_numpy(),
+        }
+    )
+
+
+def stall_table(trace_spans: pd.DataFrame, t0: float) -> pd.DataFrame:
+    """The metrics' host stalls (cbsim.metrics.stall_spans) in ms from the run's start."""
+    st = stall_spans(trace_spans)
+    return pd.DataFrame(
+        {
+            "ts_ms": (st["ts"].to_numpy(float) - t0) / 1e3,
+            "end_ms": (st["end"].to_numpy(float) - t0) / 1e3,
+            "step": st["step"].to_numpy(int),
+            "name": st["name"].astype(str).to_numpy(),
+            "dur_ms": st["dur"].to_numpy(float) / 1e3,
+            "median_ms": st["median_us"].to_numpy(float) / 1e3,
         }
     )
 
@@ -130,6 +157,7 @@ def run_frames(engine: str, trace: Trace) -> RunFrames:
         idle=idle,
         steps=step_table(gpu, 0.0),
         hazards=hazard_table(inst, t0),
+        stalls=stall_table(spans, t0),
         rows=rows,
         gpu_lane=lane,
         total_ms=total_ms,

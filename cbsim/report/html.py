@@ -1,19 +1,29 @@
-"""A self-contained HTML page: plotly.js inline, figures as embedded JSON, no network request.
+"""An offline HTML page: figures as embedded JSON, plotly.js inline or one shared file beside it.
 
 Every figure is a <div class="cbsim-plot"> followed by its JSON in a <script type="application/json">;
-one script at the end draws them all and then sets ``window.cbsimReady = true`` (the browser test
-waits for it; a failure is logged to the console, which the test treats as an error).
+one script at the end draws them all, runs each figure's hook (the timeline's zoom detail), then sets
+``window.cbsimReady = true`` (the browser test waits for it; a failure is logged to the console,
+which the test treats as an error). plotly.js is 4.8 MB: a page drawn alone carries it inline, the
+pages of a sweep or a report directory reference one ``plotly.min.js`` written once beside them
+(``write_plotly_js``), so nothing is fetched from the network either way.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from cbsim.rundir import atomic_write_text
+
+PLOTLY_FILE = "plotly.min.js"
 
 PLOTLY_CONFIG = {
     "displaylogo": False,
@@ -44,9 +54,13 @@ RENDER_JS = """
   const plots = Array.from(document.querySelectorAll('.cbsim-plot'));
   const config = %s;
   const t0 = performance.now();
+  const hooks = window.cbsimHooks || {};
   Promise.all(plots.map(function (div) {
     const fig = JSON.parse(document.getElementById(div.id + '-data').textContent);
-    return Plotly.newPlot(div, fig.data, fig.layout, config);
+    return Plotly.newPlot(div, fig.data, fig.layout, config).then(function () {
+      const hook = hooks[div.dataset.hook];
+      if (hook) { return hook(div); }
+    });
   })).then(function () {
     window.cbsimRenderMs = performance.now() - t0;
     window.cbsimReady = true;
@@ -58,9 +72,22 @@ RENDER_JS = """
 
 @lru_cache(maxsize=1)
 def plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-
     return get_plotlyjs()
+
+
+def write_plotly_js(directory: str | os.PathLike[str]) -> Path:
+    """plotly.min.js in a directory, written once (again only when plotly's version changed)."""
+    path = Path(directory) / PLOTLY_FILE
+    js = plotly_js()
+    if not (path.is_file() and path.stat().st_size == len(js.encode())):
+        atomic_write_text(path, js)
+    return path
+
+
+def plotly_src(page: str | os.PathLike[str], js: str | os.PathLike[str]) -> str:
+    """The relative URL a page at `page` uses for the shared plotly.js at `js`."""
+    rel = os.path.relpath(Path(js).resolve(), Path(page).resolve().parent)
+    return Path(rel).as_posix()
 
 
 def esc(value: Any) -> str:
@@ -73,6 +100,7 @@ class Page:
     def __init__(self, title: str) -> None:
         self.title = title
         self.parts: list[str] = []
+        self.scripts: list[str] = []  # page scripts run before the figures are drawn
         self._n = 0
 
     def add(self, markup: str) -> None:
@@ -85,25 +113,60 @@ class Page:
     def para(self, markup: str, cls: str = "") -> None:
         self.parts.append(f'<p class="{cls}">{markup}</p>' if cls else f"<p>{markup}</p>")
 
-    def figure(self, fig: go.Figure, name: str) -> None:
+    def figure(self, fig: go.Figure, name: str, hook: str = "", extra: Any = None) -> None:
+        """A plot; `hook` names a window.cbsimHooks function run on the drawn div, which
+        finds `extra` (JSON) in the element with id ``<div id>-extra``."""
         self._n += 1
         ident = f"fig-{self._n}-{name}"
         fig.update_layout(template="plotly_white", font=dict(size=12))
-        data = pio.to_json(fig, validate=False, engine="json").replace("</", "<\\/")
+        data = _json_script(pio.to_json(fig, validate=False, engine="json"))
+        attr = f' data-hook="{esc(hook)}"' if hook else ""
         self.parts.append(
-            f'<div class="cbsim-plot" id="{ident}"></div>\n'
+            f'<div class="cbsim-plot" id="{ident}"{attr}></div>\n'
             f'<script type="application/json" id="{ident}-data">{data}</script>'
         )
+        if extra is not None:
+            payload = _json_script(json.dumps(extra, separators=(",", ":")))
+            self.parts.append(
+                f'<script type="application/json" id="{ident}-extra">{payload}</script>'
+            )
 
-    def render(self) -> str:
+    def script(self, js: str) -> None:
+        """Page JavaScript (e.g. a figure hook), added once however many figures use it."""
+        if js not in self.scripts:
+            self.scripts.append(js)
+
+    def render(self, plotly: str | None = None) -> str:
+        """The document; plotly=None inlines plotly.js, else it is the script's relative URL."""
         body = "\n".join(self.parts)
         js = RENDER_JS % json.dumps(PLOTLY_CONFIG) if self._n else ""
+        lib = (
+            f"<script>{plotly_js()}</script>"
+            if plotly is None
+            else f'<script src="{esc(plotly)}"></script>'
+        )
+        hooks = "".join(f"<script>{s}</script>\n" for s in self.scripts)
         return (
             '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f"<title>{esc(self.title)}</title>\n<style>{CSS}</style>\n"
-            f"<script>{plotly_js()}</script>\n</head>\n<body>\n{body}\n"
+            f"{lib}\n</head>\n<body>\n{body}\n{hooks}"
             f"<script>{js}</script>\n</body>\n</html>\n"
         )
+
+    def write(
+        self, path: str | os.PathLike[str], js_dir: str | os.PathLike[str] | None = None
+    ) -> Path:
+        """Write the page atomically; with js_dir the page references plotly.min.js there
+        (written once) instead of inlining plotly.js."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        src = None if js_dir is None else plotly_src(path, write_plotly_js(js_dir))
+        return atomic_write_text(path, self.render(src))
+
+
+def _json_script(text: str) -> str:
+    """JSON safe inside a <script> element."""
+    return text.replace("</", "<\\/")
 
 
 def table(

@@ -16,7 +16,9 @@ from cbsim.report.timeline import (
     detail_figure,
     overview_figure,
     overview_style,
+    overview_unit,
 )
+from cbsim.report.zoom import DETAIL_BUDGET, TIMELINE_JS, zoom_payload
 from cbsim.trace.model import Trace
 
 PERFETTO_HELP = (
@@ -31,10 +33,13 @@ OVERVIEW_NOTES = {
     "bars": "Every span is drawn; hover one for its step, slot, requests, tokens and duration.",
     "segments": "Every span is drawn (WebGL); hover a segment's end for its step and duration.",
     "bins": (
-        "{n} spans are too many to draw one by one and still open fast: each row shows, "
-        f"in {AGGREGATE_BINS} time bins, the phase that filled most of the bin (hover for the "
-        "shares), and the red row the GPU idle share of the bin. The windows below show "
-        "every span; the trace file holds them all."
+        "{n} spans are too many to draw one by one and still open fast: each row shows "
+        f"{AGGREGATE_BINS} time bins, coloured by the phase that filled most of the bin and "
+        "as deep as the lane was busy in it (the colourbar: white is idle, full colour busy "
+        "throughout; hover for the shares); the red row is the GPU idle share of the bin. "
+        "Zoom in (drag) and, once the window holds at most {budget} spans, the bins give way "
+        "to the real spans. Black triangles: host stalls (a phase 10x its median); orange: "
+        "prefill or mixed steps."
     ),
 }
 
@@ -210,22 +215,14 @@ def build_page(runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfi
 
     page.heading("Where the time went", anchor="split")
     page.para(
-        "Red is time the GPU executed nothing: it waited for the CPU to schedule, build "
+        "Red is time the GPU executed nothing (red means that on every chart here): it waited for the CPU to schedule, build "
         "and launch the next batch. Async batching exists to shrink it.",
         "note",
     )
     page.figure(time_split_figure(frames), "split")
     hazards_section(page, frames)
 
-    page.heading("Timeline", anchor="timeline")
-    style = overview_style(frames)
-    page.para(
-        "One row per lane: the host thread's phases, then the H2D, compute and D2H streams "
-        "(red row: GPU idle). Drag to zoom, double-click to zoom out. Engines share one "
-        "time axis. " + OVERVIEW_NOTES[style].format(n=sum(len(f.spans) for f in frames)),
-        "note",
-    )
-    page.figure(overview_figure(frames), "timeline")
+    style = timeline_section(page, frames)
     detail = detail_figure(frames) if style != "bars" else None
     if detail is not None:
         page.heading("Windows in full detail", anchor="detail")
@@ -258,13 +255,37 @@ def build_page(runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfi
     return page
 
 
+def timeline_section(page: Page, frames: list[RunFrames]) -> str:
+    """The overview timeline, with the zoom-to-spans hook when it is binned; returns its style."""
+    page.heading("Timeline", anchor="timeline")
+    style = overview_style(frames)
+    page.para(
+        "One row per lane: the host thread's phases, then the H2D, compute and D2H streams "
+        "(red row: GPU idle). Drag to zoom, double-click to zoom out. Engines share one "
+        "time axis. "
+        + OVERVIEW_NOTES[style].format(n=sum(len(f.spans) for f in frames), budget=DETAIL_BUDGET),
+        "note",
+    )
+    fig = overview_figure(frames)
+    if style == "bins":
+        page.script(TIMELINE_JS)
+        page.figure(
+            fig,
+            "timeline",
+            hook="timelineDetail",
+            extra=zoom_payload(frames, *overview_unit(frames)),
+        )
+    else:
+        page.figure(fig, "timeline")
+    return style
+
+
 def write_run_report(
-    runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfig, path: Path
+    runs: dict[str, tuple[Trace, dict[str, Any]]],
+    config: CbsimConfig,
+    path: Path,
+    js_dir: Path | None = None,
 ) -> Path:
-    """Write report.html for one run (one engine, or sync and async for engine=compare)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(build_page(runs, config).render(), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    """Write report.html for one run (one engine, or sync and async for engine=compare);
+    plotly.js inline, or with js_dir one plotly.min.js shared there (a sweep's directory)."""
+    return build_page(runs, config).write(path, js_dir)

@@ -30,6 +30,12 @@ def color_of(name: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 (a st
     return _cache.setdefault(name, OTHER_COLORS[len(_cache) % len(OTHER_COLORS)])
 
 
+def mix(color: str, share: float) -> str:
+    """The colour mixed with white: share 1 is the colour itself, 0 is white."""
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return "rgb({},{},{})".format(*(round(255 - (255 - c) * share) for c in (r, g, b)))
+
+
 def row_y(rows: list[str]) -> dict[str, int]:
     return {r: len(rows) - 1 - i for i, r in enumerate(rows)}
 

@@ -1,8 +1,9 @@
-"""Timelines: the whole run as WebGL segments, and chosen windows in full detail.
+"""Timelines: the whole run (bars, WebGL segments or time bins by size), and chosen windows.
 
-The overview draws every span as a line segment in a WebGL trace per (lane, phase), so 10^5 spans
-open in a second and stay zoomable; hover shows the step and duration at a segment's ends. The
-detail figure draws a few windows (first steps, steady state, end) as SVG bars with every field.
+The overview draws small runs span by span; large ones as time bins whose depth is the busy share
+(cbsim.report.bins), which turn into the real spans when zoomed in (cbsim.report.zoom). Long runs
+get a time axis in seconds. Host stalls (a phase 10x its median) and prefill steps are marked.
+The detail figure draws a few windows (first steps, steady state, end) as SVG bars, every field.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cbsim.report.bins import AGGREGATE_BINS, aggregate_rows
-from cbsim.report.frames import IDLE_ROW, RunFrames, detail_windows
+from cbsim.report.bins import AGGREGATE_BINS, aggregate_rows, share_colorbar
+from cbsim.report.frames import IDLE_ROW, RunFrames, detail_windows, time_unit
+from cbsim.report.marks import add_hazards, add_marks
 from cbsim.report.style import ROW_PX, color_of, legend_entry, row_y, yaxis
-from cbsim.trace import schema as S
 
-__all__ = ["AGGREGATE_BINS", "detail_figure", "overview_figure", "overview_style"]
+__all__ = ["AGGREGATE_BINS", "detail_figure", "overview_figure", "overview_style", "overview_unit"]
 
 SEGMENT_PX = 16  # thickness of a span in the overview
 # The overview draws up to BAR_BUDGET spans as SVG bars (every field in the hover), up to
@@ -38,8 +39,13 @@ def _segments(ts: np.ndarray, end: np.ndarray, *cols: np.ndarray):
     return x, data
 
 
+def overview_unit(runs: list[RunFrames]) -> tuple[float, str]:
+    """The overview's time unit: seconds when the longest run is long."""
+    return time_unit(max((r.total_ms for r in runs), default=0.0))
+
+
 def overview_figure(runs: list[RunFrames]) -> go.Figure:
-    """All engines one above the other on one time axis (ms since each run's start).
+    """All engines one above the other on one time axis (ms or s since each run's start).
 
     Small runs are drawn span by span (bars, then WebGL segments); above SEGMENT_BUDGET spans each
     row shows, per time bin, the phase that filled most of the bin and the GPU idle share.
@@ -57,17 +63,21 @@ def overview_figure(runs: list[RunFrames]) -> go.Figure:
     )
     shown: set[str] = set()
     bin_ms = max((r.total_ms for r in runs), default=0.0) / AGGREGATE_BINS
+    unit, unit_name = overview_unit(runs)
     for i, run in enumerate(runs, start=1):
         if style == "bins" and bin_ms > 0:
-            aggregate_rows(fig, run, i, bin_ms, shown)
+            aggregate_rows(fig, run, i, bin_ms, shown, unit)
         elif style == "segments":
-            segment_rows(fig, run, i, shown)
+            segment_rows(fig, run, i, shown, unit)
         else:
-            bar_rows(fig, run, i, shown)
+            bar_rows(fig, run, i, shown, unit)
         if len(run.hazards):
-            _add_hazards(fig, run, row_y(run.rows), i, shown)
+            add_hazards(fig, run, row_y(run.rows), i, shown, unit)
+        add_marks(fig, run, i, shown, unit)
         yaxis(fig, run.rows, i)
-    fig.update_xaxes(title_text="time since the run's start (ms)", row=len(runs), col=1)
+    if style == "bins" and bin_ms > 0:
+        share_colorbar(fig, 1, len(runs))
+    fig.update_xaxes(title_text=f"time since the run's start ({unit_name})", row=len(runs), col=1)
     height = sum(heights) * ROW_PX + 110 * len(runs) + 100
     fig.update_layout(
         height=height,
@@ -86,13 +96,13 @@ def overview_style(runs: list[RunFrames]) -> str:
     return "bars" if n <= BAR_BUDGET else "segments" if n <= SEGMENT_BUDGET else "bins"
 
 
-def bar_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str]) -> None:
+def bar_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str], unit: float = 1.0) -> None:
     ys = row_y(run.rows)
     for name, g in run.spans.groupby("name", sort=False):
-        _add_bars(fig, row, 1, g, ys, str(name), run.engine, shown)
+        _add_bars(fig, row, 1, g, ys, str(name), run.engine, shown, unit)
         legend_entry(fig, str(name), shown)
     if len(run.idle) and IDLE_ROW in ys:
-        _add_bars(fig, row, 1, _idle_spans(run.idle), ys, IDLE_ROW, run.engine, shown)
+        _add_bars(fig, row, 1, _idle_spans(run.idle), ys, IDLE_ROW, run.engine, shown, unit)
         legend_entry(fig, IDLE_ROW, shown)
 
 
@@ -108,14 +118,16 @@ def _idle_spans(idle: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def segment_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str]) -> None:
+def segment_rows(
+    fig: go.Figure, run: RunFrames, row: int, shown: set[str], unit: float = 1.0
+) -> None:
     ys = row_y(run.rows)
     for (lane, name), g in run.spans.groupby(["lane", "name"], sort=False):
         if lane not in ys:
             continue
         x, cd = _segments(
-            g["ts_ms"].to_numpy(),
-            g["end_ms"].to_numpy(),
+            g["ts_ms"].to_numpy() / unit,
+            g["end_ms"].to_numpy() / unit,
             g["step"].to_numpy(),
             g["dur_us"].to_numpy(),
         )
@@ -132,8 +144,8 @@ def segment_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str]) -> N
         )
     if len(run.idle) and IDLE_ROW in ys:
         x, cd = _segments(
-            run.idle["ts_ms"].to_numpy(),
-            run.idle["end_ms"].to_numpy(),
+            run.idle["ts_ms"].to_numpy() / unit,
+            run.idle["end_ms"].to_numpy() / unit,
             run.idle["dur_us"].to_numpy(),
         )
         _add_segments(
@@ -165,44 +177,12 @@ def _add_segments(fig, row, x, y, cd, name, engine, shown, hover) -> None:
             legendgroup=name,
             showlegend=name not in shown,
             connectgaps=False,
-            hovertemplate=f"<b>{name}</b><br>{hover}<br>t=%{{x:.3f}} ms<extra>{engine}</extra>",
+            hovertemplate=f"<b>{name}</b><br>{hover}<br>t=%{{x:.6g}}<extra>{engine}</extra>",
         ),
         row=row,
         col=1,
     )
     shown.add(name)
-
-
-def _add_hazards(fig, run: RunFrames, ys: dict[str, int], row: int, shown: set[str]) -> None:
-    h = run.hazards
-    y = np.array([ys.get(lane, ys.get(S.HOST, 0)) for lane in h["lane"]]) + 0.35
-    cd = np.stack(
-        [
-            h["kind"].astype(str),
-            h["step"].astype(str),
-            h["slot"].astype(str),
-            h["detail"].astype(str),
-        ],
-        axis=1,
-    )
-    trace_type = go.Scattergl if len(h) > 2000 else go.Scatter
-    fig.add_trace(
-        trace_type(
-            x=h["ts_ms"].to_numpy(float),
-            y=y,
-            mode="markers",
-            name="hazard",
-            legendgroup="hazard",
-            showlegend="hazard" not in shown,
-            customdata=cd,
-            marker=dict(symbol="x", size=11, color="#000000", line=dict(width=1, color="#d62728")),
-            hovertemplate="<b>hazard %{customdata[0]}</b><br>step %{customdata[1]}, slot "
-            "%{customdata[2]}<br>%{customdata[3]}<extra></extra>",
-        ),
-        row=row,
-        col=1,
-    )
-    shown.add("hazard")
 
 
 def detail_figure(runs: list[RunFrames]) -> go.Figure | None:
@@ -256,6 +236,7 @@ def _add_bars(
     name: str,
     engine: str,
     shown: set[str],
+    unit: float = 1.0,
 ) -> None:
     g = g[g["lane"].isin(list(ys))]
     if g.empty:
@@ -276,8 +257,8 @@ def _add_bars(
         go.Bar(
             orientation="h",
             y=[ys[lane] for lane in g["lane"]],
-            base=g["ts_ms"].to_numpy(float),
-            x=(g["end_ms"] - g["ts_ms"]).to_numpy(float),
+            base=g["ts_ms"].to_numpy(float) / unit,
+            x=(g["end_ms"] - g["ts_ms"]).to_numpy(float) / unit,
             marker_color=color_of(name),
             name=name,
             legendgroup=name,
@@ -288,7 +269,7 @@ def _add_bars(
                 f"<b>{name}</b> (%{{customdata[5]}} µs)<br>step %{{customdata[0]}}, slot "
                 "%{customdata[1]}<br>%{customdata[2]} requests, %{customdata[3]} query "
                 "tokens, %{customdata[4]} KV tokens<br>%{customdata[6]}<br>"
-                f"starts at %{{base:.3f}} ms<extra>{engine}</extra>"
+                f"starts at %{{base:.6g}}<extra>{engine}</extra>"
             ),
         ),
         row=row,
