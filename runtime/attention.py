@@ -11,9 +11,9 @@ paged cache, then attends over the cache:
 - prompt chunks from position 0 ("pre" group): causal SDPA over the chunks' own keys (flash: no
   gather, no mask);
 - chunks after a cached prefix ("ext" group): SDPA over the gathered blocks with a causal mask
-  offset by the cached prefix. The two groups are padded to their own longest chunk: one
-  group padded a 2-token continuation to an 8189-token prompt and ran mask attention over
-  both, 3.2x the step's time (h200_run7 long_prompt, experiments/runtime/diag_prefill).
+  offset by the cached prefix. The two groups are padded to their own longest chunk, so a
+  short continuation beside a long prompt never pays mask attention over the prompt's length
+  (experiments/runtime/diag_prefill).
 
 Everything here runs on device tensors only (no host syncs), so a decode-only forward can be
 captured in a CUDA graph.
@@ -28,13 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .kernels.paged_attention import paged_decode_attention_sdpa
+
 ATTN_NAME = "cbsim_paged"
 # The prefill chunks' SDPA backends: not cuDNN, which torch picks first on Hopper and which
 # builds an execution plan per new shape (query rows x KV length): in continuous batching every
-# mixed step has a new shape, and the plan builds made eager steps 2-3x slower on the host the
-# first time a shape came (h200_run6: sync launches 70-100 ms against 31-37 ms for the same
-# batches in the async run that followed; experiments/runtime/README.md). The memory-efficient
-# kernel takes the causal-prefix mask without a per-shape plan.
+# mixed step has a new shape, and each plan build costs tens of milliseconds of host time
+# (experiments/runtime/README.md). The memory-efficient kernel takes the causal-prefix mask
+# without a per-shape plan; flash takes grouped-query K/V as they are (enable_gqa).
 PREFILL_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 # paged_decode_attention(q[B,Hq,D], k_cache, v_cache, block_tables[B,W] int32,
@@ -87,27 +88,8 @@ class AttnMeta:
                 d["ext_q_pos"] = torch.where(valid, self.ext_start[:, None] + ar[None, :], 0)
 
 
-def decode_torch(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    """q [B, Hq, D] -> [B, Hq, D]; reads each request's whole block-table row (padded KV)."""
-    b, hq, dim = q.shape
-    k = k_cache[block_tables].flatten(1, 2)  # [B, S, Hkv, D]
-    v = v_cache[block_tables].flatten(1, 2)
-    hkv = k.shape[2]
-    s = k.shape[1]
-    # grouped-query attention without expanding K/V: a kv head's G query heads are G query rows
-    qg = q.view(b, hkv, hq // hkv, dim)
-    mask = (torch.arange(s, device=q.device)[None, :] < context_lens[:, None])[:, None, None, :]
-    out = F.scaled_dot_product_attention(
-        qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
-    )
-    return out.reshape(b, hq, dim)
+# the torch decode path: every page of the block table gathered, SDPA with a length mask
+decode_torch = paged_decode_attention_sdpa
 
 
 def prefill_torch(
@@ -145,13 +127,11 @@ def prefill_fresh(
     hkv = k.shape[1]
     qs = q[q_idx].transpose(1, 2)  # [Bp, Hq, Qm, D]
     ks, vs = (t[q_idx].transpose(1, 2) for t in (k, v))  # [Bp, Hkv, Qm, D]
-    if hkv != hq:  # grouped-query attention: each kv head serves hq // hkv query heads
-        ks, vs = (
-            t[:, :, None].expand(bp, hkv, hq // hkv, qm, dim).reshape(bp, hq, qm, dim)
-            for t in (ks, vs)
-        )
+    # grouped-query attention: each kv head serves hq // hkv query heads, read in place
     with sdpa_kernel(PREFILL_BACKENDS):
-        out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)
+        out = F.scaled_dot_product_attention(
+            qs, ks, vs, is_causal=True, scale=scale, enable_gqa=hkv != hq
+        )
     return out.transpose(1, 2)
 
 

@@ -1,17 +1,18 @@
-"""One runtime run: check the inputs, build the device side, run a loop, return the trace.
+"""One runtime run: set it up, build the device side, run a loop, return the trace.
 
 `execute(config, engine)` returns a RunResult (trace, generated tokens per request, summary);
-`cbsim.runtime.run` returns its trace. Everything that can be refused is refused before the model
-is built: requests longer than the model context or the KV cache, token ids outside the
-vocabulary, engine=async without CUDA. A CUDA out-of-memory while building names the config
-values to lower. Ctrl-C (KeyboardInterrupt) during the loop stops it, finishes the trace so far
-(otherData.interrupted = true) and raises `Interrupted`, a KeyboardInterrupt whose `.trace` holds
-that partial trace, so the caller can still write it.
+`cbsim.runtime.run` returns its trace; the app, experiments/runtime/record.py and the GPU tests
+all go through it. The run starts from `cbsim.run_setup.setup_run`, the simulator's setup, and
+everything that can be refused is refused before the model is built: a request longer than the
+model context or the KV cache, token ids outside the vocabulary, engine=async without CUDA or
+with one IO slot, a configuration that does not fit the device. A CUDA out-of-memory while
+building names the config values to lower. Ctrl-C (KeyboardInterrupt) during the loop stops it,
+finishes the trace so far (otherData.interrupted = true) and raises `Interrupted`, a
+KeyboardInterrupt whose `.trace` holds that partial trace, so the caller can still write it.
 """
 
 from __future__ import annotations
 
-import platform
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,16 +21,18 @@ import numpy as np
 import torch
 
 from cbsim.config.errors import ConfigError
-from cbsim.config.schema import CbsimConfig
-from .io_slots import dummy_decode, dummy_prefill, empty_decode_layout
-from .loop import LoopState, run_async, run_sync
-from .runner import ModelRunner
-from .streams import SlotEvents, Streams
-from .recorder import Recorder
-from cbsim.scheduler import Scheduler, default_num_kv_blocks
+from cbsim.config.schema import CbsimConfig, WorkloadConfig
+from cbsim.run_setup import RunSetup, setup_run
 from cbsim.trace import Trace
-from cbsim.trace import schema as S
-from cbsim.workload import Request, check_requests_fit, make_requests
+from cbsim.workload import Request, check_requests_fit
+
+from .collector import collector_frozen
+from .device_info import checkpoint_facts, hardware_info
+from .loop import LoopState, run_async, run_sync
+from .recorder import Recorder
+from .runner import ModelRunner
+from .streams import EventRing, Streams
+from .warmup import warm_up
 
 ENGINES = ("sync", "async")
 
@@ -61,17 +64,6 @@ def check_vocab(requests: list[Request], vocab_size: int) -> None:
             )
 
 
-def fits(
-    requests: list[Request], max_context: int, kv_tokens: int, max_prompt: int | None = None
-) -> None:
-    """Every request fits the model context and the KV cache (and, with chunked prefill off,
-    one step's token budget), else a ConfigError naming it."""
-    try:
-        check_requests_fit(requests, max_context, kv_tokens, max_prompt)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def oom_message(config: CbsimConfig, num_blocks: int, what: str, exc: Exception) -> str:
     w, kv = config.workload, config.model.kv_bytes_per_token
     return (
@@ -83,36 +75,6 @@ def oom_message(config: CbsimConfig, num_blocks: int, what: str, exc: Exception)
         f"smaller model (model={config.model.name}, {config.model.weight_bytes / 1e9:.1f} GB of "
         "weights)"
     )
-
-
-def hardware_info(device: torch.device) -> dict[str, Any]:
-    import transformers
-
-    info = {
-        "device": str(device),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
-    }
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        info.update(
-            name=props.name,
-            cuda=torch.version.cuda,
-            memory_bytes=props.total_memory,
-            sms=props.multi_processor_count,
-        )
-        try:
-            import triton
-
-            info["triton"] = triton.__version__
-        except ImportError:
-            pass
-    else:
-        info["name"] = "cpu"
-    return info
 
 
 def check_device(config: CbsimConfig, engine: str, cpu_emulation: bool = False) -> torch.device:
@@ -131,7 +93,86 @@ def check_device(config: CbsimConfig, engine: str, cpu_emulation: bool = False) 
             "engine=async needs CUDA (three CUDA streams, events, pinned IO slots, CUDA graphs); "
             f"mode.device={config.mode.device}. On a CPU run engine=sync with mode.device=cpu"
         )
+    if engine == "async" and config.engine.io_slots < 2:
+        raise ConfigError(
+            "engine.io_slots=1 with engine=async: the runtime never lets batch N+1 overwrite "
+            "the inputs batch N is still reading (the simulator shows that hazard: mode=sim); "
+            "allowed in mode=runtime: engine.io_slots=2"
+        )
     return device
+
+
+def plan_run(
+    config: CbsimConfig, engine: str, device: torch.device, model: torch.nn.Module | None
+) -> RunSetup:
+    """The shared setup, with the runtime's own refusals: a vocabulary or context a checkpoint
+    sets differently from model.*, and a device the run does not fit."""
+    facts = checkpoint_facts(config.model, model)  # {} for random weights: model.* is the model
+    setup = setup_run(
+        config,
+        vocab_size=facts.get("vocab_size"),
+        engine=engine,
+        eos_token_id=facts.get("eos_token_id"),
+    )
+    check_vocab(setup.requests, facts.get("vocab_size", config.model.vocab_size))
+    if "max_position_embeddings" in facts:
+        try:
+            check_requests_fit(
+                setup.requests,
+                facts["max_position_embeddings"],
+                setup.num_kv_blocks * config.workload.kv_block_size,
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    fit = setup.fit
+    if device.type == "cuda" and not fit.fits:
+        parts = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in fit.parts.items())
+        raise ConfigError(
+            f"the run needs {fit.bytes_needed / 2**30:.2f} GiB of device memory ({parts}) "
+            f"against hardware.memory_bytes={fit.bytes_available} "
+            f"({fit.bytes_available / 2**30:.2f} GiB); lower workload.kv_num_blocks, "
+            "workload.batch_size or workload.max_batch_tokens, or pick a smaller model"
+        )
+    return setup
+
+
+def build(
+    config: CbsimConfig,
+    setup: RunSetup,
+    device: torch.device,
+    cpu_emulation: bool,
+    model: torch.nn.Module | None,
+) -> tuple[ModelRunner, Streams]:
+    """The model, KV cache, IO slots and streams, warmed up, graphs captured."""
+    is_async = setup.engine.name == "async"
+    try:
+        runner = ModelRunner(
+            config,
+            device,
+            num_kv_blocks=setup.num_kv_blocks,
+            max_context=setup.max_context,
+            num_slots=setup.io_slots,
+            carry_over=is_async,
+            graphs=setup.engine.cuda_graphs,
+            emulate_graphs=cpu_emulation,
+            model=model,
+        )
+    except torch.OutOfMemoryError as exc:
+        raise ConfigError(
+            oom_message(config, setup.num_kv_blocks, "building the model and KV cache", exc)
+        ) from None
+    streams = Streams.create(device, three=is_async)
+    w = config.workload
+    try:
+        longest_prompt = max(r.prompt_len for r in setup.requests)
+        warm_up(runner, streams, config.mode.warmup_steps, min(w.max_batch_tokens, longest_prompt))
+        if streams.cuda:
+            runner.capture_graphs(streams.compute)
+    except torch.OutOfMemoryError as exc:
+        raise ConfigError(
+            oom_message(config, setup.num_kv_blocks, "capturing CUDA graphs", exc)
+        ) from None
+    return runner, streams
 
 
 def execute(
@@ -149,77 +190,53 @@ def execute(
     device = check_device(config, engine, cpu_emulation)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # events, anchors and graphs all on this one device
-    w = config.workload
-    requests = make_requests(w, config.model.vocab_size)
-    num_blocks = default_num_kv_blocks(w, requests)
-    fits(
-        requests,
-        config.model.max_position_embeddings,
-        num_blocks * w.kv_block_size,
-        None if w.chunked_prefill else w.max_batch_tokens,
-    )
-    check_vocab(requests, config.model.vocab_size)
-    is_async = engine == "async"
-    max_context = max(r.prompt_len + r.max_new_tokens for r in requests)
+    setup = plan_run(config, engine, device, model)
     t_setup = time.perf_counter()
-    try:
-        runner = ModelRunner(
-            config,
-            device,
-            num_kv_blocks=num_blocks,
-            max_context=max_context,
-            num_slots=2 if is_async else 1,
-            carry_over=is_async,
-            graphs=config.engine.cuda_graphs,
-            emulate_graphs=cpu_emulation,
-            model=model,
-        )
-    except torch.OutOfMemoryError as exc:
-        raise ConfigError(
-            oom_message(config, num_blocks, "building the model and KV cache", exc)
-        ) from None
-    shape = runner.shape
-    if config.model.path:  # a checkpoint's own context and vocabulary are what count
-        fits(requests, shape["max_position_embeddings"], num_blocks * w.kv_block_size)
-        check_vocab(requests, shape["vocab_size"])
-    streams = Streams.create(device, three=is_async)
-    try:
-        longest_prompt = max(r.prompt_len for r in requests)
-        warm_up(runner, streams, config.mode.warmup_steps, min(w.max_batch_tokens, longest_prompt))
-        if streams.cuda:
-            runner.capture_graphs(streams.compute)
-    except torch.OutOfMemoryError as exc:
-        raise ConfigError(oom_message(config, num_blocks, "capturing CUDA graphs", exc)) from None
+    runner, streams = build(config, setup, device, cpu_emulation, model)
     setup_s = time.perf_counter() - t_setup
-
-    eos = runner.model.config.eos_token_id  # None for random weights; a checkpoint's own
-    if isinstance(eos, (list, tuple)):
-        eos = eos[0] if eos else None
-    sched = Scheduler(w, num_blocks, eos_token_id=eos)
-    sched.add_all(requests)
-    rec = Recorder(config.mode.tracing, device)
-    rec.start(streams.compute)
-    for r in requests:
-        rec.request(
-            S.ARRIVAL,
-            rec.t0 + r.arrival_s,
-            r.rid,
-            prompt_len=r.prompt_len,
-            max_new_tokens=r.max_new_tokens,
-        )
-    state = LoopState(
-        runner, sched, rec, streams, SlotEvents(len(runner.slots)) if streams.cuda else None
-    )
+    sched = setup.scheduler
+    steps = estimate_steps(config.workload, setup.requests)
+    rec = Recorder(config.mode.tracing, device, steps, len(setup.requests))
+    events = EventRing(rec.enabled) if streams.cuda else None
+    state = LoopState(runner, sched, rec, streams, events)
     interrupted = False
-    try:
-        (run_async if is_async else run_sync)(state)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
+    gc_counts: dict[str, int] = {}
+    with collector_frozen(gc_counts):
         if streams.cuda:
-            torch.cuda.synchronize(device)
-    wall_s = time.perf_counter() - rec.t0
-    summary = {
+            torch.cuda.set_stream(streams.compute)  # launches switch to H2D and D2H and back
+        rec.start(streams.compute, setup.requests)
+        try:
+            (run_async if engine == "async" else run_sync)(state)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            if streams.cuda:
+                torch.cuda.synchronize(device)
+                torch.cuda.set_stream(torch.cuda.default_stream(device))
+        wall_s = time.perf_counter() - rec.t0
+    if streams.cuda:
+        rec.measure_drift()
+    summary = summarize(state, setup, wall_s, setup_s, gc_counts)
+    trace = rec.build(other_data(engine, runner, setup, summary, device, config, interrupted))
+    if interrupted:
+        raise Interrupted(trace)
+    outputs = {r.rid: sched.outputs(r.rid) for r in setup.requests}
+    return RunResult(trace, outputs, summary)
+
+
+def estimate_steps(w: WorkloadConfig, reqs: list[Request]) -> int:
+    """Rows for the recorder: the longest request's new tokens per wave of batch_size
+    requests, plus every prompt chunk (the recorder doubles its arrays if a run needs more)."""
+    waves = -(-len(reqs) // w.batch_size)
+    longest = max(r.max_new_tokens for r in reqs)
+    chunks = sum(-(-r.prompt_len // w.max_batch_tokens) for r in reqs)
+    return waves * longest + chunks + 64
+
+
+def summarize(
+    state: LoopState, setup: RunSetup, wall_s: float, setup_s: float, gc_counts: dict[str, int]
+) -> dict[str, Any]:
+    return {
         "wall_s": wall_s,
         "setup_s": setup_s,
         "steps": state.steps,
@@ -228,11 +245,23 @@ def execute(
         "generated_tokens": state.generated,
         "tokens_per_s": state.generated / max(wall_s, 1e-9),
         "ms_per_step": 1e3 * wall_s / max(state.steps, 1),
-        "preemptions": sched.num_preemptions,
-        "host_phase_s": {k: round(v, 6) for k, v in state.host_phase_s.items()},
-        "num_kv_blocks": num_blocks,
+        "preemptions": setup.scheduler.num_preemptions,
+        "host_phase_s": {k: round(v, 6) for k, v in state.rec.host_phase_s().items()},
+        "num_kv_blocks": setup.num_kv_blocks,
+        **gc_counts,
     }
-    other = {
+
+
+def other_data(
+    engine: str,
+    runner: ModelRunner,
+    setup: RunSetup,
+    summary: dict[str, Any],
+    device: torch.device,
+    config: CbsimConfig,
+    interrupted: bool,
+) -> dict[str, Any]:
+    return {
         "engine": engine,
         "hardware": hardware_info(device),
         "memory": {
@@ -240,6 +269,12 @@ def execute(
             # without the shared pool each slot would hold its own: slots x one slot's pool
             "graph_pool_bytes_unshared": len(runner.slots)
             * runner.memory["graph_pool_bytes_single_slot"],
+        },
+        "device_fit": {
+            "fits": setup.fit.fits,
+            "bytes_needed": setup.fit.bytes_needed,
+            "bytes_available": setup.fit.bytes_available,
+            **setup.fit.parts,
         },
         "counters": summary,
         "attention": "triton" if runner.decode_kernel else "torch",
@@ -249,60 +284,3 @@ def execute(
         "tracing": config.mode.tracing,
         "interrupted": interrupted,
     }
-    trace = rec.build(other)
-    if interrupted:
-        raise Interrupted(trace)
-    outputs = {r.rid: sched.outputs(r.rid) for r in requests}
-    return RunResult(trace, outputs, summary)
-
-
-def warm_up(runner: ModelRunner, streams: Streams, steps: int, prefill_tokens: int) -> None:
-    """Eager forwards on padding-only batches, `steps` times each: a decode batch of the largest
-    size and a prompt chunk of `prefill_tokens` (library set-up, kernel choice, allocator
-    growth), so the timed loop's first prefill costs what later ones do."""
-    rows = runner.max_outputs
-    dec = empty_decode_layout(rows, runner.graph_width, runner.carry_len)
-    dec_flat = dummy_decode(dec, runner.cache.scratch_block, runner.block_size)
-    prefills = [
-        dummy_prefill(
-            prefill_tokens, runner.block_size, runner.cache.scratch_block, runner.carry_len, fresh
-        )
-        for fresh in (True, False)
-    ]
-    ctx = torch.cuda.stream(streams.compute) if streams.cuda else _null()
-    with ctx:
-        if runner.decode_kernel is not None:
-            compile_decode_variants(runner)
-        for _ in range(steps):
-            for flat, layout in ((dec_flat, dec), *prefills):
-                slot = runner.slots[0]
-                slot.dev_in[: flat.size].copy_(torch.from_numpy(flat).to(runner.device))
-                runner.step_body(slot, layout)
-    if streams.cuda:
-        torch.cuda.synchronize()
-
-
-def compile_decode_variants(runner: ModelRunner) -> None:
-    """Run the decode kernel once per variant an eager step can reach (mixed steps: any number
-    of decode rows up to the batch, any table width up to the longest request), so no Triton
-    compile lands inside the timed loop."""
-    from .kernels.paged_attention import compiled_variants
-
-    cache, s = runner.cache, runner.shape
-    kc, vc = cache.k[0], cache.v[0]
-    hq = s["num_heads"]
-    for rows, width in compiled_variants(
-        runner.max_outputs, s["num_kv_heads"], runner.graph_width, runner.block_size
-    ):
-        q = torch.zeros(rows, hq, s["head_dim"], dtype=kc.dtype, device=runner.device)
-        bt = torch.full((rows, width), cache.scratch_block, dtype=torch.int32, device=runner.device)
-        ctx = torch.ones(rows, dtype=torch.int32, device=runner.device)
-        runner.decode_kernel(q, kc, vc, bt, ctx, 1.0)
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

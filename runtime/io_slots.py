@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+# distinct lengths whose views a slot keeps (graph buckets and the common eager lengths)
+VIEW_CACHE = 64
 # Section order: the graph-bucket layout is the same as any decode batch of that size.
 SECTIONS = (
     "input_ids",
@@ -170,43 +172,87 @@ def empty_decode_layout(pad_to: int, width: int, carry_len: int) -> Layout:
     return make_layout(sizes, num_tokens=pad_to, num_sample=pad_to, all_decode=True, pre_qmax=0)
 
 
+@dataclass
+class DecodeWritten:
+    """What a slot's pinned buffer holds from the graph-bucket step last written into it: the
+    bucket layout, the scheduler's request-index array and flat block table of that batch, and
+    the blocks per row written."""
+
+    layout: Layout
+    idx: np.ndarray
+    flat: np.ndarray
+    num_blocks: np.ndarray
+
+
 def pack_decode_into(
-    dst: np.ndarray, batch, layout: Layout, scratch_block: int, carry: np.ndarray | None
-) -> Layout:
+    dst: np.ndarray,
+    batch,
+    layout: Layout,
+    scratch_block: int,
+    carry: np.ndarray | None,
+    written: DecodeWritten | None = None,
+) -> tuple[Layout, DecodeWritten]:
     """The graph-bucket fast path: write a decode-only batch padded to `layout` (an
     `empty_decode_layout`) straight into `dst` (the slot's pinned buffer, as numpy); the same
-    entries as `pack(..., pad_to=..., width=...)`, with no intermediate arrays. Returns the
-    layout with the batch's sample count."""
+    entries as `pack(..., pad_to=..., width=...)`, with no intermediate arrays.
+
+    `written`: what the slot holds from its last graph step. When that was the same steady
+    decode (the scheduler hands out one request-index array per steady run of the same
+    requests, and their block ids only grow at the end while it lasts), only what changes is
+    written: ids, positions, KV slots, context lengths, the carry-over, and the new block ids
+    of the rows that opened a block. Returns the layout with the batch's sample count and what
+    the slot now holds."""
     at = {name: off for name, off, _ in layout.offsets}
     b, rows = len(batch), layout.num_tokens
-    bs = batch.block_size
-    o = at["input_ids"]
-    dst[o : o + b] = batch.input_ids
-    dst[o + b : o + rows] = 0
-    o = at["positions"]
-    dst[o : o + b] = batch.start_pos  # one query token each: its position is start_pos
-    dst[o + b : o + rows] = 0
-    o = at["slots"]
-    dst[o : o + b] = batch.slot_mapping
-    dst[o + b : o + rows] = scratch_block * bs
-    o, li = at["logits_idx"], batch.logits_indices
-    dst[o : o + li.size] = li
-    dst[o + li.size : o + rows] = 0
-    o, n = at["carry"], at["dec_tok"] - at["carry"]
-    dst[o : o + n] = -1
-    if carry is not None and len(carry):
-        dst[o : o + len(carry)] = carry
-    o = at["dec_tok"]
-    dst[o : o + rows] = np.arange(rows)
-    o = at["dec_ctx"]
-    dst[o : o + b] = batch.context_lens
-    dst[o + b : o + rows] = 1
     o = at["dec_bt"]
     width = (layout.total - o) // rows
     bt = dst[o : o + rows * width].reshape(rows, width)
-    bt[:b] = batch.block_table_array(width, pad=scratch_block)
-    bt[b:] = scratch_block
-    return Layout(layout.offsets, layout.total, rows, int(batch.num_samples), True, 0)
+    nb = batch.num_blocks
+    same = (
+        written is not None
+        and written.layout is layout
+        and written.idx is batch.idx
+        and written.flat is batch._flat
+    )
+    if same:
+        old = written.num_blocks
+        seg, flat = batch._seg, batch._flat
+        for i in np.flatnonzero(nb != old).tolist():
+            lo, hi = int(old[i]), int(nb[i])
+            bt[i, lo:hi] = flat[seg[i] + lo : seg[i] + hi]
+    else:
+        _write_decode_constants(dst, at, b, rows, batch, scratch_block)
+        bt[:b] = batch.block_table_array(width, pad=scratch_block)
+        bt[b:] = scratch_block
+    dst[at["input_ids"] : at["input_ids"] + b] = batch.input_ids
+    dst[at["positions"] : at["positions"] + b] = batch.start_pos  # one query token each
+    dst[at["slots"] : at["slots"] + b] = batch.slot_mapping
+    dst[at["dec_ctx"] : at["dec_ctx"] + b] = batch.context_lens
+    o, n = at["carry"], at["dec_tok"] - at["carry"]
+    if carry is not None and len(carry):
+        dst[o : o + len(carry)] = carry
+        dst[o + len(carry) : o + n] = -1
+    else:
+        dst[o : o + n] = -1
+    out = Layout(layout.offsets, layout.total, rows, int(batch.num_samples), True, 0)
+    return out, DecodeWritten(layout, batch.idx, batch._flat, nb.copy())
+
+
+def _write_decode_constants(
+    dst: np.ndarray, at: dict[str, int], b: int, rows: int, batch, scratch_block: int
+) -> None:
+    """The entries that stay put while the same requests decode: padding rows, logits
+    indices, token indices."""
+    bs = batch.block_size
+    for name, pad in (("input_ids", 0), ("positions", 0), ("slots", scratch_block * bs)):
+        dst[at[name] + b : at[name] + rows] = pad
+    o, li = at["logits_idx"], batch.logits_indices
+    dst[o : o + li.size] = li
+    dst[o + li.size : o + rows] = 0
+    o = at["dec_tok"]
+    dst[o : o + rows] = np.arange(rows)
+    o = at["dec_ctx"]
+    dst[o + b : o + rows] = 1
 
 
 def dummy_decode(layout: Layout, scratch_block: int, block_size: int) -> np.ndarray:
@@ -275,8 +321,31 @@ class IOSlot:
         self.dev_in = torch.zeros(capacity, dtype=torch.int64, device=device)
         self.dev_out = torch.zeros(max_outputs, dtype=torch.int64, device=device)
         self.host_out = torch.zeros(max_outputs, dtype=torch.int64, pin_memory=pin)
-        self.host_np = self.host_in.numpy()  # the pinned buffer as numpy (no copy)
+        self.host_np = self.host_in.numpy()  # the pinned buffers as numpy (no copy)
+        self.host_out_np = self.host_out.numpy()
         self.last_compute_done = None  # the event of the last forward that read dev_in
+        self.written: DecodeWritten | None = None  # the graph step last packed into host_np
+        # views by length, made once per length (graph buckets: a few lengths, every step)
+        self._in_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._out_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def input_views(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(device, pinned host) views of the first n input entries."""
+        v = self._in_views.get(n)
+        if v is None:
+            v = (self.dev_in[:n], self.host_in[:n])
+            if len(self._in_views) < VIEW_CACHE:
+                self._in_views[n] = v
+        return v
+
+    def output_views(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pinned host, device) views of the first n sampled tokens."""
+        v = self._out_views.get(n)
+        if v is None:
+            v = (self.host_out[:n], self.dev_out[:n])
+            if len(self._out_views) < VIEW_CACHE:
+                self._out_views[n] = v
+        return v
 
     @property
     def nbytes(self) -> int:
@@ -286,12 +355,14 @@ class IOSlot:
         )
 
     def write(self, flat: np.ndarray) -> None:
+        """An eager step's packed inputs (whatever a graph step left here is overwritten)."""
         if flat.size > self.capacity:
             raise RuntimeError(
                 f"step inputs of {flat.size} entries exceed the IO slot's "
                 f"{self.capacity}; raise the capacity estimate"
             )
         self.host_np[: flat.size] = flat
+        self.written = None
 
 
 def slot_capacity(max_tokens: int, max_requests: int, max_width: int) -> int:

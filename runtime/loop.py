@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from time import perf_counter
 
-from .runner import ModelRunner
-from .streams import SlotEvents, Streams, launch
-from .recorder import Recorder, batch_args, profiler_range
 from cbsim.scheduler import Scheduler, carry_over_index
 from cbsim.trace import schema as S
+
+from .recorder import Recorder, profiler_range
+from .runner import ModelRunner, StepPlan
+from .streams import EventRing, Streams, launch
 
 log = logging.getLogger("cbsim.runtime")
 # seconds between progress lines on long runs (the seed workload runs 80-110 s on the H200)
@@ -29,69 +31,60 @@ class LoopState:
     sched: Scheduler
     rec: Recorder
     streams: Streams
-    slot_events: SlotEvents | None
+    events: EventRing | None
     steps: int = 0
     graph_steps: int = 0
     generated: int = 0
-    host_wait_s: float = 0.0
-    host_phase_s: dict = field(default_factory=lambda: dict.fromkeys(S.HOST_PHASES, 0.0))
     next_progress_s: float = PROGRESS_EVERY_S
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.rec.t0
+        return perf_counter() - self.rec.t0
 
     def schedule(self):
-        t0 = self.rec.now()
+        t0 = perf_counter()
         with profiler_range(S.SCHEDULE):
             batch = self.sched.schedule(t0 - self.rec.t0)
-        t1 = self.rec.now()
         if batch is not None:
-            args = batch_args(batch, -1)
-            self.rec.host(S.SCHEDULE, t0, t1, args)
-            self.rec.counters(t1, self.sched.counters())
-            self.host_phase_s[S.SCHEDULE] += t1 - t0
+            self.rec.scheduled(batch, t0, perf_counter(), self.sched)
         return batch
 
-    def prepare_and_launch(self, batch, slot_index: int, prev=None):
+    def prepare_and_launch(self, batch, slot_index: int, prev=None) -> tuple[StepPlan, object]:
         """prev: the batch in flight, whose sampled tokens fill this batch's placeholders."""
-        rec = self.rec
-        args = batch_args(batch, slot_index)
-        t0 = rec.now()
+        row = int(batch.step)
+        t0 = perf_counter()
         with profiler_range(S.PREPARE):
             carry = carry_over_index(prev, batch) if prev is not None else None
             plan = self.runner.plan(batch, self.runner.slots[slot_index], carry)
-        t1 = rec.now()
+        t1 = perf_counter()
+        ev = self.events.get(row) if self.events is not None else None
         with profiler_range(S.LAUNCH):
-            done = launch(self.runner, plan, self.streams, rec, self.slot_events)
-        t2 = rec.now()
-        rec.host(S.PREPARE, t0, t1, args)
-        rec.host(S.LAUNCH, t1, t2, args)
-        self.host_phase_s[S.PREPARE] += t1 - t0
-        self.host_phase_s[S.LAUNCH] += t2 - t1
+            done = launch(self.runner, plan, self.streams, ev, self.rec, row)
+        self.rec.launched(row, slot_index, t0, t1, perf_counter(), plan)
         self.steps += 1
         self.graph_steps += plan.bucket is not None
         return plan, done
 
-    def wait_and_update(self, plan, done) -> None:
+    def wait_and_update(self, plan: StepPlan, done) -> None:
         rec, batch = self.rec, plan.batch
-        args = batch_args(batch, plan.slot.index)
-        t0 = rec.now()
+        row = int(batch.step)
+        t0 = perf_counter()
         if done is not None:
             with profiler_range(S.WAIT):
                 done.synchronize()
-        t1 = rec.now()
+        t1 = perf_counter()
         with profiler_range(S.UPDATE):
-            tokens = self.runner.tokens(plan)
-            finished = self.sched.update(batch, tokens)
-        t2 = rec.now()
-        rec.host(S.WAIT, t0, t1, args)
-        rec.host(S.UPDATE, t1, t2, args)
-        self.host_phase_s[S.WAIT] += t1 - t0
-        self.host_phase_s[S.UPDATE] += t2 - t1
+            finished = self.sched.update(batch, self.runner.tokens(plan))
+            if self.events is not None and self.events.timing:
+                rec.resolve(row, self.events.get(row))
+        t2 = perf_counter()
         kept = self.sched.last_num_kept  # outputs sampled after a request's EOS are dropped
+        rec.updated(row, t0, t1, t2, kept)
         self.generated += kept
-        if kept != len(tokens) and plan.forward_args is not None:
-            plan.forward_args["new_tokens"] = kept
+        if self.sched.last_first_token_rids:
+            rec.first_token(t2, self.sched.last_first_token_rids, row)
+        for rid in finished:
+            state = self.sched.request(rid)
+            rec.finished(t2, rid, row, state.num_outputs, state.finish_reason)
         if t2 - rec.t0 >= self.next_progress_s:
             self.next_progress_s += PROGRESS_EVERY_S
             log.info(
@@ -101,19 +94,6 @@ class LoopState:
                 self.sched.num_unfinished,
                 t2 - rec.t0,
             )
-        if rec.enabled:
-            for rid in self.sched.last_first_token_rids:
-                rec.request(S.FIRST_TOKEN, t2, rid, step=int(batch.step))
-            for rid in finished:
-                state = self.sched.request(rid)
-                rec.request(
-                    S.FINISH,
-                    t2,
-                    rid,
-                    tokens=state.num_outputs,
-                    reason=state.finish_reason,
-                    step=int(batch.step),
-                )
 
     def idle(self) -> None:
         """Nothing can run and nothing is in flight: sleep until the next request arrives."""

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import ModelConfig
+
 from .attention import ATTN_NAME, register
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from cbsim.config.schema import CbsimConfig
+
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .io_slots import (
     IOSlot,
@@ -129,8 +130,13 @@ class ModelRunner:
         if self.buckets and batch.query_tokens == len(batch) and len(batch) <= self.buckets[-1]:
             bucket = self.buckets[bisect.bisect_left(self.buckets, len(batch))]
         if bucket is not None:
-            layout = pack_decode_into(
-                slot.host_np, batch, self.graph_layouts[bucket], self.cache.scratch_block, carry
+            layout, slot.written = pack_decode_into(
+                slot.host_np,
+                batch,
+                self.graph_layouts[bucket],
+                self.cache.scratch_block,
+                carry,
+                slot.written,
             )
             return StepPlan(batch, slot, layout, bucket, layout.total)
         flat, layout = pack(batch, self.cache.scratch_block, carry, self.carry_len)
@@ -140,15 +146,17 @@ class ModelRunner:
     # ------------------------------------------------------------------ device side
 
     def copy_in(self, plan: StepPlan) -> None:
-        n = plan.num_entries
-        plan.slot.dev_in[:n].copy_(plan.slot.host_in[:n], non_blocking=True)
+        dev, host = plan.slot.input_views(plan.num_entries)
+        dev.copy_(host, non_blocking=True)
 
     def copy_out(self, plan: StepPlan) -> None:
-        n = plan.layout.num_sample
-        plan.slot.host_out[:n].copy_(plan.slot.dev_out[:n], non_blocking=True)
+        # a graph step brings its whole bucket back: fixed views, a few bytes more
+        n = plan.bucket if plan.bucket is not None else plan.layout.num_sample
+        host, dev = plan.slot.output_views(n)
+        host.copy_(dev, non_blocking=True)
 
     def tokens(self, plan: StepPlan) -> np.ndarray:
-        return plan.slot.host_out[: plan.layout.num_sample].numpy()
+        return plan.slot.host_out_np[: plan.layout.num_sample]
 
     def compute(self, plan: StepPlan) -> None:
         """Replay the slot's graph for the bucket, or run the step eagerly."""

@@ -6,17 +6,27 @@ events: H2D records `h2d_done`, compute waits on it and records `compute_done`, 
 and records `d2h_done`, on which the host later blocks. The sync engine passes one non-default
 stream as all three (the waits are then no-ops). On a CPU there are no streams: every op runs
 synchronously and is timed with perf_counter.
+
+The events come from a ring made before the loop and reused step after step, so a launch
+allocates nothing; with tracing on each step also marks the start of each op (six timing
+events per step), with tracing off only the three ordering events are recorded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from time import perf_counter
 
 import torch
 
-from .runner import ModelRunner, StepPlan
-from .recorder import Recorder, batch_args, profiler_range
 from cbsim.trace import schema as S
+
+from .recorder import Recorder, profiling
+from .runner import ModelRunner, StepPlan
+
+# steps whose events may be alive at once: the step resolved, the one in flight, the step the
+# next resolution is chained from, and the one being launched
+RING = 4
 
 
 @dataclass
@@ -39,59 +49,78 @@ class Streams:
         return self.compute is not None
 
 
-class SlotEvents:
-    """Reusable ordering events per slot (tracing off: no timing, nothing allocated per step)."""
+class EventRing:
+    """Per step: (h2d start, h2d_done, compute start, compute_done, d2h start, d2h_done); the
+    start marks are None with tracing off."""
 
-    def __init__(self, n: int) -> None:
-        self.events = [tuple(torch.cuda.Event() for _ in range(3)) for _ in range(n)]
+    def __init__(self, timing: bool) -> None:
+        self.timing = timing
+        self.sets = [_event_set(timing) for _ in range(RING)]
+
+    def get(self, step: int) -> tuple:
+        return self.sets[step % RING]
+
+
+def _event_set(timing: bool) -> tuple:
+    if timing:
+        return tuple(torch.cuda.Event(enable_timing=True) for _ in range(6))
+    return (None, torch.cuda.Event(), None, torch.cuda.Event(), None, torch.cuda.Event())
 
 
 def launch(
-    runner: ModelRunner, plan: StepPlan, st: Streams, rec: Recorder, slot_events: SlotEvents | None
+    runner: ModelRunner, plan: StepPlan, st: Streams, ev: tuple | None, rec: Recorder, row: int
 ):
     """Enqueue the step; returns the event the host waits on (None on a CPU: already done)."""
-    slot = plan.slot
-    args = batch_args(plan.batch, slot.index)
     fwd = S.GRAPH_REPLAY if plan.bucket is not None else S.FORWARD
-    nsample = plan.layout.num_sample
     if not st.cuda:
-        t0 = rec.now()
+        t0 = perf_counter()
         runner.copy_in(plan)
-        t1 = rec.now()
-        with profiler_range(f"{fwd}#{plan.batch.step}"):
-            runner.compute(plan)
-        t2 = rec.now()
+        t1 = perf_counter()
+        _compute(runner, plan, fwd)
+        t2 = perf_counter()
+        rec.forward_submitted(row, t2)
         runner.copy_out(plan)
-        t3 = rec.now()
-        rec.op(S.H2D, S.COPY_H2D, t0, t1, args, bytes=plan.num_entries * 8)
-        plan.forward_args = rec.op(S.COMPUTE, fwd, t1, t2, args, new_tokens=nsample)
-        rec.op(S.D2H, S.COPY_D2H, t2, t3, args, bytes=nsample * 8)
+        rec.cpu_ops(row, t0, t1, t2, perf_counter())
         return None
-    timing = rec.enabled
-    if timing:
-        h2d_done, compute_done, d2h_done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-    else:
-        h2d_done, compute_done, d2h_done = slot_events.events[slot.index]
-    with torch.cuda.stream(st.h2d):
-        if slot.last_compute_done is not None and st.h2d is not st.compute:
-            st.h2d.wait_event(slot.last_compute_done)  # the last forward that read this slot
-        a = rec.mark(st.h2d) if timing else None
-        runner.copy_in(plan)
-        h2d_done.record(st.h2d)
-    with torch.cuda.stream(st.compute):
-        st.compute.wait_event(h2d_done)
-        b = rec.mark(st.compute) if timing else None
-        with profiler_range(f"{fwd}#{plan.batch.step}"):
-            runner.compute(plan)
-        compute_done.record(st.compute)
-    with torch.cuda.stream(st.d2h):
-        st.d2h.wait_event(compute_done)
-        c = rec.mark(st.d2h) if timing else None
-        runner.copy_out(plan)
-        d2h_done.record(st.d2h)
+    a, h2d_done, b, compute_done, c, d2h_done = ev
+    slot = plan.slot
+    h2d, comp, d2h = st.h2d, st.compute, st.d2h
+    three = h2d is not comp
+    # the loop runs with the compute stream current; the copies switch to their own
+    if three:
+        torch.cuda.set_stream(h2d)
+    if slot.last_compute_done is not None and three:
+        h2d.wait_event(slot.last_compute_done)  # the last forward that read this slot
+    if a is not None:
+        a.record(h2d)
+    runner.copy_in(plan)
+    h2d_done.record(h2d)
+    if three:
+        torch.cuda.set_stream(comp)
+        comp.wait_event(h2d_done)
+    if b is not None:
+        b.record(comp)
+    _compute(runner, plan, fwd)
+    rec.forward_submitted(row, perf_counter())
+    compute_done.record(comp)
+    if three:
+        torch.cuda.set_stream(d2h)
+        d2h.wait_event(compute_done)
+    if c is not None:
+        c.record(d2h)
+    runner.copy_out(plan)
+    d2h_done.record(d2h)
+    if three:
+        torch.cuda.set_stream(comp)
     slot.last_compute_done = compute_done
-    if timing:
-        rec.op(S.H2D, S.COPY_H2D, a, h2d_done, args, bytes=plan.num_entries * 8)
-        plan.forward_args = rec.op(S.COMPUTE, fwd, b, compute_done, args, new_tokens=nsample)
-        rec.op(S.D2H, S.COPY_D2H, c, d2h_done, args, bytes=nsample * 8)
     return d2h_done
+
+
+def _compute(runner: ModelRunner, plan: StepPlan, fwd: str) -> None:
+    """The forward; inside a torch.profiler range `forward#N` / `graph_replay#N` while one runs
+    (what the Kineto importer finds steps by)."""
+    if profiling():
+        with torch.profiler.record_function(f"{fwd}#{plan.batch.step}"):
+            runner.compute(plan)
+    else:
+        runner.compute(plan)

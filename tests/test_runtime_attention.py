@@ -7,7 +7,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cbsim.config.schema import WorkloadConfig  # noqa: E402
 from cbsim.runtime.attention import (  # noqa: E402
     AttnMeta,
     decode_torch,
@@ -16,6 +15,8 @@ from cbsim.runtime.attention import (  # noqa: E402
 )
 from cbsim.runtime.io_slots import empty_decode_layout, pack, pack_decode_into  # noqa: E402
 from cbsim.runtime.kv_cache import PagedKVCache  # noqa: E402
+
+from cbsim.config.schema import WorkloadConfig  # noqa: E402
 from cbsim.scheduler import Scheduler  # noqa: E402
 from cbsim.workload import make_requests  # noqa: E402
 
@@ -153,35 +154,50 @@ def test_padded_decode_pack_has_the_graph_layout():
     assert views["carry"].tolist() == [0, 1, 2, -1, -1, -1, -1, -1]
 
 
-def test_decode_fast_path_writes_what_pack_writes():
-    """pack_decode_into (straight into the pinned buffer) == pack(pad_to=...), step after step,
-    with requests finishing (fewer rows than the bucket) and the async carry-over index."""
+@pytest.mark.parametrize("kv_blocks", [200, 14])
+def test_decode_fast_path_writes_what_pack_writes(kv_blocks):
+    """pack_decode_into (straight into the pinned buffer, writing only what changed since the
+    slot's last graph step) == pack(pad_to=...), step after step, on two alternating slots, with
+    requests finishing (fewer rows than the bucket), the async carry-over index and, with a
+    small KV cache, preemption by recompute."""
     from cbsim.scheduler import carry_over_index
 
     w = WorkloadConfig(
         batch_size=6,
         num_requests=9,
         prompt_len=7,
-        gen_len=9,
+        gen_len=16,
         gen_dist="uniform",
-        gen_spread=0.6,
+        gen_spread=0.3,
         kv_block_size=4,
     )
-    sched = Scheduler(w, 200)
+    sched = Scheduler(w, kv_blocks)
     sched.add_all(make_requests(w, 100))
-    dst = np.full(4096, 7, dtype=np.int64)
-    prev, checked = None, 0
+    dst = [np.full(4096, 7, dtype=np.int64) for _ in range(2)]
+    written = [None, None]
+    layout8 = empty_decode_layout(8, 6, 8)
+    prev, checked, k, incremental = None, 0, 0, 0
     while sched.has_unfinished():
         batch = sched.schedule()
-        if batch is not None and batch.query_tokens == len(batch):
-            carry = carry_over_index(prev, batch) if prev is not None else None
-            ref, ref_layout = pack(batch, 200, carry, 8, pad_to=8, width=6)
-            layout = pack_decode_into(dst, batch, empty_decode_layout(8, 6, 8), 200, carry)
-            assert layout.offsets == ref_layout.offsets
-            assert layout.num_sample == ref_layout.num_sample
-            np.testing.assert_array_equal(dst[: layout.total], ref)
-            checked += 1
+        if batch is not None:
+            s, k = k % 2, k + 1
+            if batch.query_tokens == len(batch):
+                carry = carry_over_index(prev, batch) if prev is not None else None
+                ref, ref_layout = pack(batch, 200, carry, 8, pad_to=8, width=6)
+                incremental += written[s] is not None and written[s].idx is batch.idx
+                layout, written[s] = pack_decode_into(
+                    dst[s], batch, layout8, 200, carry, written[s]
+                )
+                assert layout.offsets == ref_layout.offsets
+                assert layout.num_sample == ref_layout.num_sample
+                np.testing.assert_array_equal(dst[s][: layout.total], ref)
+                checked += 1
+            else:  # an eager step overwrites the slot
+                dst[s][:] = 7
+                written[s] = None
         if prev is not None:
             sched.update(prev, np.full(prev.num_samples, 3, dtype=np.int64))
         prev = batch
-    assert checked > 5
+    assert checked > 5 and incremental > 3
+    if kv_blocks < 20:
+        assert sched.num_preemptions > 0

@@ -9,9 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from cbsim.config.errors import ConfigError  # noqa: E402
 from cbsim.runtime.engine import execute  # noqa: E402
 from cbsim.runtime.model import build_model  # noqa: E402
+
+from cbsim.config.errors import ConfigError  # noqa: E402
 from cbsim.trace import schema as S  # noqa: E402
 from cbsim.trace import validate  # noqa: E402
 from cbsim.workload import make_requests  # noqa: E402
@@ -179,8 +180,10 @@ def test_request_longer_than_context_fails_before_running(config_factory):
 def test_token_ids_outside_vocab_fail_before_running(config_factory, monkeypatch):
     import cbsim.runtime.engine as eng
 
+    import cbsim.run_setup as setup
+
     config = config_factory(BASE + ["workload.batch_size=2"])
-    real = eng.make_requests
+    real = setup.make_requests
 
     def bad_requests(workload, vocab_size):
         reqs = real(workload, vocab_size)
@@ -188,7 +191,7 @@ def test_token_ids_outside_vocab_fail_before_running(config_factory, monkeypatch
         reqs[1].prompt_ids[3] = vocab_size + 5
         return reqs
 
-    monkeypatch.setattr(eng, "make_requests", bad_requests)
+    monkeypatch.setattr(setup, "make_requests", bad_requests)
     monkeypatch.setattr(eng, "ModelRunner", None)  # nothing may be built
     with pytest.raises(ConfigError, match="outside the vocabulary"):
         execute(config, "sync")
@@ -196,6 +199,7 @@ def test_token_ids_outside_vocab_fail_before_running(config_factory, monkeypatch
 
 def test_ctrl_c_keeps_the_trace_so_far(config_factory, monkeypatch):
     from cbsim.runtime.engine import Interrupted
+
     from cbsim.scheduler import Scheduler
 
     config = config_factory(BASE + CASES["staggered"])
@@ -221,7 +225,9 @@ def test_ctrl_c_keeps_the_trace_so_far(config_factory, monkeypatch):
 def test_cpu_emulation_of_async_order_and_graph_buckets(config_factory, case, engine):
     """The async loop's order (placeholders filled by the in-step carry-over from the other
     slot's outputs) and the padded graph-bucket layouts, run eagerly on a CPU: same tokens."""
-    config = config_factory(BASE + CASES[case] + ["engine.graph_batch_sizes=[1,2,4]"])
+    config = config_factory(
+        BASE + CASES[case] + ["engine.graph_batch_sizes=[1,2,4]", f"engine={engine}"]
+    )
     result = execute(config, engine, cpu_emulation=True)
     assert_same_tokens(result, reference_tokens(config))
     assert result.summary["graph_steps"] > 0
@@ -277,6 +283,7 @@ def test_eos_counts_only_the_tokens_kept(config_factory, engine):
             "workload.gen_len=12",
             "workload.ignore_eos=false",
             "engine.graph_batch_sizes=[1,2,4]",
+            f"engine={engine}",
         ]
     )
     ref = reference_tokens(config)

@@ -1,0 +1,70 @@
+"""Facts the runtime reads from outside the config: the machine it runs on (for the trace's
+otherData.hardware) and, for a checkpoint or a model passed in, the model's own vocabulary,
+context and EOS token (they may differ from model.*)."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import torch
+
+from cbsim.config.errors import ConfigError
+from cbsim.config.schema import ModelConfig
+
+
+def hardware_info(device: torch.device) -> dict[str, Any]:
+    import transformers
+
+    info = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+    if device.type != "cuda":
+        info["name"] = "cpu"
+        return info
+    props = torch.cuda.get_device_properties(device)
+    info.update(
+        name=props.name,
+        cuda=torch.version.cuda,
+        memory_bytes=props.total_memory,
+        sms=props.multi_processor_count,
+    )
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def checkpoint_facts(cfg: ModelConfig, model: torch.nn.Module | None = None) -> dict[str, Any]:
+    """vocab_size, max_position_embeddings and eos_token_id of the model passed in or of the
+    checkpoint at model.path (read without loading its weights); {} for random weights built
+    from model.*, whose facts are the config's."""
+    if model is not None:
+        hf = model.config
+    elif cfg.path:
+        from transformers import AutoConfig
+
+        try:
+            hf = AutoConfig.from_pretrained(cfg.path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"model.path={cfg.path!r}: cannot load a checkpoint ({exc})"
+            ) from None
+    else:
+        return {}
+    eos = hf.eos_token_id
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return {
+        "vocab_size": int(hf.vocab_size),
+        "max_position_embeddings": int(hf.max_position_embeddings),
+        "eos_token_id": eos,
+    }
