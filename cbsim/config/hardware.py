@@ -6,9 +6,29 @@ checked in ``__post_init__`` like the rest of the schema.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cbsim.config.errors import ConfigError, check_positive, check_range
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def kernel_table_files(path: str) -> list[Path]:
+    """The CSV files ``hardware.kernel_table`` names: a file, or every ``*.csv`` of a directory;
+    a relative path is tried against the working directory, then the repository root."""
+    p = Path(path)
+    tried = [p] if p.is_absolute() else [Path.cwd() / p, REPO / p]
+    for cand in tried:
+        if cand.is_file():
+            return [cand]
+        if cand.is_dir() and (files := sorted(cand.glob("*.csv"))):
+            return files
+    raise ConfigError(
+        f"hardware.kernel_table={path!r}: no table there (tried {', '.join(map(str, tried))}); "
+        "allowed: a kernel-table CSV written by +experiment=profile_kernels, or a directory of them"
+    )
 
 
 @dataclass
@@ -30,6 +50,34 @@ class PhaseCost:
             + self.per_token_us * tokens
             + self.per_block_us * blocks
         )
+
+
+@dataclass
+class HostSpread:
+    """The measured spread of host speed: the simulator's bands (cbsim/bands.py) draw a host-speed
+    factor per simulation from it, every host cost multiplied by it. Each is the standard deviation
+    of the log of the factor; 0 = no spread."""
+
+    # between calls of the GPU machine (the same run in separate calls: another host, or the same
+    # host loaded otherwise): the BRIEF's small-batch sync workload in four calls idled the GPU
+    # 7.7 / 3.8 / 5.9 / 5.2% (idle there is host time the GPU waits out): std of log = 0.29
+    between_calls: float = 0.0
+    # within one run, step to step: each host phase (schedule, prepare, update) of a band's
+    # simulation takes its cost times a factor drawn per phase; 0 = every phase at its mean
+    within_run: float = 0.0
+    # a band draws this many simulations per engine (P5/median/P95 of them), seeded from `seed`
+    draws: int = 9
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ("between_calls", "within_run"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and 0.0 <= value <= 2.0):
+                raise ConfigError(
+                    f"hardware.host.spread.{key}={value} is out of range; allowed: 0 to 2"
+                )
+        check_range("hardware.host.spread.draws", self.draws, 1, 1000)
+        check_range("hardware.host.spread.seed", self.seed, 0, 2**32 - 1)
 
 
 @dataclass
@@ -57,6 +105,7 @@ class HostCosts:
     # `stall_every_steps`-th update takes `stall_us` longer; 0 = never (simulator only)
     stall_us: float = 0.0
     stall_every_steps: int = 0
+    spread: HostSpread = field(default_factory=HostSpread)
 
     def __post_init__(self) -> None:
         for phase in ("schedule", "prepare", "update"):
@@ -208,6 +257,12 @@ class HardwareConfig:
     copy_latency_us: float = 8.0
     host: HostCosts = field(default_factory=HostCosts)
     gpu: GpuCosts = field(default_factory=GpuCosts)
+    # A kernel table (a CSV of +experiment=profile_kernels, or a directory of them; relative
+    # paths are tried against the working directory, then the repository root): the forward's
+    # GEMMs, elementwise kernels, decode attention and prompt-start attention are costed from
+    # its measured times instead of the roofline, and gemm_row_us and attention_walk_us_per_token
+    # (effects the table measures) are not added. null = the roofline (cbsim/costs/model.py)
+    kernel_table: str | None = None
     # where these numbers came from, for the report
     source: str = "datasheet and measurements on the H200 here (BRIEF)"
 
@@ -222,3 +277,5 @@ class HardwareConfig:
             check_positive(f"hardware.{key}", getattr(self, key))
         if self.copy_latency_us < 0:
             raise ConfigError(f"hardware.copy_latency_us={self.copy_latency_us} must be >= 0")
+        if self.kernel_table is not None:
+            kernel_table_files(self.kernel_table)

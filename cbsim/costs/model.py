@@ -1,4 +1,4 @@
-"""The simulator's cost model: every duration the SimPy model uses comes from here.
+"""CostModel: the roofline forward, copies, host phases and memory (all microseconds or bytes).
 
 All times are microseconds. Every term is a config value (``hardware``, ``hardware.gpu``,
 ``hardware.host``, ``model``, ``workload``), so a what-if is an override, never a code edit.
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.kernels import KernelCosts
 
 INT64, INT32 = 8, 4
 # per-request int32 metadata in every batch: start position, context length, query length
@@ -119,6 +120,8 @@ class CostModel:
         self.kv_heads = m.num_kv_heads
         self._max_context = max_context
         self._partitions: dict[int, int] = {}
+        # measured kernel times in place of the roofline's GEMMs and attention (kernels.py)
+        self.kernel_costs = KernelCosts(config) if hw.kernel_table else None
 
     @property
     def max_context(self) -> int:
@@ -174,6 +177,8 @@ class CostModel:
             extra = padded_requests - len(batch)
             q_tokens += extra
             sampled += extra
+        if self.kernel_costs is not None:
+            return self._forward_from_table(batch, q_tokens, sampled, decode, graph, carry_over)
         # the GEMMs: a roofline of their FLOPs and their weights; the activations' reads and
         # writes (norms, RoPE, SiLU, residual adds) are kernels of their own, memory-bound,
         # added (in a prefill their max with the FLOPs hid 33 ms at 8K tokens, h200_run8)
@@ -219,11 +224,11 @@ class CostModel:
                 longest = int(ctx[dec].max()) if rows else 0
             if rows:
                 attention += self.walk_us * min(longest, self.partition(rows))
-        if not decode and self.gpu.prefix_walk_us_per_token:
-            ext = (batch.query_lens > 1) & (batch.start_pos > 0)
-            if ext.any():
-                width = -(-int(ctx[ext].max()) // self.block_size) * self.block_size
-                attention += self.gpu.prefix_walk_us_per_token * width
+        if not decode:
+            attention += self.prefix_walk_us(batch)
+        return self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
+
+    def _cost(self, batch, decode, graph, carry_over, linear, lm_head, attention) -> ForwardCost:
         gap = self.gpu.graph_node_gap_us if graph else self.gpu.eager_kernel_gap_us
         kernels = self.step_kernels(batch, decode) + (1 if carry_over else 0)
         return ForwardCost(
@@ -234,6 +239,38 @@ class CostModel:
             carry_over_us=self.gpu.carry_over_us if carry_over else 0.0,
             kernels=kernels,
         )
+
+    def prefix_walk_us(self, batch) -> float:
+        """The masked continuation kernel's walk over the widest continuation's table."""
+        ext = (batch.query_lens > 1) & (batch.start_pos > 0)
+        if not self.gpu.prefix_walk_us_per_token or not ext.any():
+            return 0.0
+        width = -(-int(batch.context_lens[ext].max()) // self.block_size) * self.block_size
+        return self.gpu.prefix_walk_us_per_token * width
+
+    def _forward_from_table(self, batch, q_tokens, sampled, decode, graph, carry_over):
+        """The GEMMs, elementwise kernels and attention from the kernel table; chunks after a
+        cached prefix (which the table does not time) by the roofline of their padded work."""
+        kc = self.kernel_costs
+        padded = self.gpu.attention_padded_groups
+        attention = kc.attention_us(batch, decode, padded)
+        ext = None if decode else (batch.query_lens > 1) & (batch.start_pos > 0)
+        if ext is not None and ext.any():
+            q, ctx = batch.query_lens[ext], batch.context_lens[ext]
+            if padded:
+                width = -(-int(ctx.max()) // self.block_size) * self.block_size
+                work, read = float(len(q) * int(q.max()) * width), len(q) * width
+            else:
+                work, read = float((q * (ctx - (q - 1) * 0.5)).sum()), int(ctx.sum())
+            attention += roofline_us(
+                self.attn_flops_coeff * work,
+                (read + int(q.sum())) * self.kv_bytes_per_token,
+                self.attn_flops,
+                self.attn_bw,
+            )
+            attention += self.prefix_walk_us(batch)
+        linear, lm_head = kc.linear_us(q_tokens), kc.lm_head_us(sampled)
+        return self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
 
     def padded_attention_work(self, batch) -> float:
         """Query x key pairs the runtime's attention computes in a step with prompt chunks

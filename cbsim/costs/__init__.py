@@ -1,0 +1,26 @@
+"""The simulator's cost model: every duration the SimPy model uses comes from here.
+
+``model.py`` holds ``CostModel`` (the roofline, the host phases, copies, memory); a hardware
+profile with ``kernel_table`` set costs the forward's kernels from measured times instead
+(``kernel_table.py`` reads and interpolates the table, ``kernels.py`` sums a step's kernels).
+"""
+
+from cbsim.costs.model import (
+    INT32,
+    INT64,
+    REQUEST_META_BYTES,
+    SAMPLE_META_BYTES,
+    CostModel,
+    ForwardCost,
+    roofline_us,
+)
+
+__all__ = [
+    "INT32",
+    "INT64",
+    "REQUEST_META_BYTES",
+    "SAMPLE_META_BYTES",
+    "CostModel",
+    "ForwardCost",
+    "roofline_us",
+]

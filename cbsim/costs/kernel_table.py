@@ -1,0 +1,225 @@
+"""Kernel tables: measured per-kernel GPU times, read and interpolated (as Vidur profiles operators).
+
+A table is a CSV file written on the GPU by ``python -m cbsim +experiment=profile_kernels
+mode=runtime model=...`` (runtime/profile_kernels.py), with ``#`` header lines saying the hardware,
+the software and the command, then the columns ``op,n,k,g,rows,context,us``: one kernel call's time
+in microseconds, as it runs inside a replayed CUDA graph (the gap to the next node included).
+
+| op | n, k, g | rows | context |
+| --- | --- | --- | --- |
+| ``gemm`` | output features, input features, 0 | M (tokens) | 0 |
+| ``decode_attention`` | query heads, head dim, kv heads | requests | KV tokens of each |
+| ``prefill_attention`` | query heads, head dim, kv heads | prompts | tokens of each (causal) |
+| ``rms_norm``, ``silu_mul``, ``add``, ``argmax`` | elements per token, 0, 0 | tokens | 0 |
+| ``rope``, ``kv_write`` | elements per token (q+k, or k+v), head dim, 0 | tokens | 0 |
+| ``h2d``, ``d2h`` | 0, 0, 0 | bytes | 0 |
+
+Attention times are per layer. ``KernelTable.time_us`` interpolates log-log in rows and context
+(exact at table points, monotone between monotone points), extrapolates past the last point in
+proportion to the work (rows, context; context squared for prefill) and holds the first point's
+time below the first point (a kernel does not get faster than its launch). A shape the table does
+not hold is costed from the nearest shape of that op, scaled by the ratio of the two shapes'
+rooflines at the same rows and context (FLOPs and bytes at the profile's peak rates).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cbsim.config.errors import ConfigError
+from cbsim.config.hardware import kernel_table_files
+from cbsim.rundir import atomic_write_text
+
+COLUMNS = ("op", "n", "k", "g", "rows", "context", "us")
+ATTENTION_OPS = ("decode_attention", "prefill_attention")
+OPS = ("gemm", *ATTENTION_OPS, "rms_norm", "silu_mul", "add", "argmax", "rope", "kv_write")
+OPS += ("h2d", "d2h")
+# how a kernel's time grows past the table's last context: decode reads each token once,
+# prefill attention (causal) computes every pair
+CONTEXT_POWER = {"decode_attention": 1.0, "prefill_attention": 2.0}
+DTYPE_BYTES = 2  # the profiler times bf16 kernels
+
+Shape = tuple[str, int, int, int]  # op, n, k, g
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One shape's times: for each profiled rows value, times over context (one point for ops
+    without a context)."""
+
+    rows: np.ndarray  # ascending, float
+    contexts: tuple[np.ndarray, ...]  # per rows value, ascending
+    times: tuple[np.ndarray, ...]  # per rows value, microseconds
+    context_power: float
+
+    def at(self, rows: float, context: float) -> float:
+        rows, context = max(float(rows), 1e-9), max(float(context), 1e-9)
+        r = self.rows
+        if rows >= r[-1]:
+            return self._along(len(r) - 1, context) * rows / r[-1]
+        if rows <= r[0]:
+            return self._along(0, context)
+        i = int(np.searchsorted(r, rows)) - 1
+        lo, hi = self._along(i, context), self._along(i + 1, context)
+        w = math.log(rows / r[i]) / math.log(r[i + 1] / r[i])
+        return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
+
+    def _along(self, i: int, context: float) -> float:
+        ctx, t = self.contexts[i], self.times[i]
+        if len(ctx) == 1 or context <= ctx[0]:
+            return float(t[0])
+        if context >= ctx[-1]:
+            return float(t[-1]) * (context / ctx[-1]) ** self.context_power
+        return float(np.exp(np.interp(math.log(context), np.log(ctx), np.log(t))))
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """Every curve of one or more table files, and their header lines."""
+
+    curves: dict[Shape, Curve]
+    headers: tuple[str, ...]
+    source: str
+
+    def has(self, op: str) -> bool:
+        return any(s[0] == op for s in self.curves)
+
+    def time_us(
+        self,
+        op: str,
+        n: int = 0,
+        k: int = 0,
+        g: int = 0,
+        rows: float = 1,
+        context: float = 0,
+        *,
+        flops_per_us: float = 1.0,
+        bytes_per_us: float = 1.0,
+    ) -> float:
+        """One call's time; a shape not in the table is scaled from its nearest one by their
+        rooflines (``flops_per_us``/``bytes_per_us``: the profile's rates)."""
+        if rows <= 0:
+            return 0.0
+        shape = (op, int(n), int(k), int(g))
+        curve = self.curves.get(shape)
+        if curve is not None:
+            return curve.at(rows, context)
+        near = self.nearest(shape)
+        base = self.curves[near].at(rows, context)
+        want = roofline(shape, rows, context, flops_per_us, bytes_per_us)
+        have = roofline(near, rows, context, flops_per_us, bytes_per_us)
+        return base * want / have if have > 0 else base
+
+    def nearest(self, shape: Shape) -> Shape:
+        op = shape[0]
+        same = [s for s in self.curves if s[0] == op]
+        if not same:
+            raise ConfigError(
+                f"hardware.kernel_table={self.source}: the table has no {op!r} kernels; "
+                f"it has: {', '.join(sorted({s[0] for s in self.curves}))}"
+            )
+        return min(same, key=lambda s: (_distance(shape, s), s))
+
+
+def _distance(a: Shape, b: Shape) -> float:
+    return sum(abs(math.log(max(x, 1) / max(y, 1))) for x, y in zip(a[1:], b[1:]))
+
+
+def roofline(shape: Shape, rows: float, context: float, flops_per_us: float, bpu: float) -> float:
+    """A shape's roofline time, only ever used as a ratio between two shapes of one op."""
+    op, n, k, g = shape
+    dt = DTYPE_BYTES
+    if op == "gemm":
+        flops, nbytes = 2.0 * rows * n * k, dt * (n * k + rows * (n + k))
+    elif op == "decode_attention":
+        flops, nbytes = 4.0 * rows * context * n * k, dt * 2 * rows * context * g * k
+    elif op == "prefill_attention":
+        flops = 2.0 * rows * context * context * n * k
+        nbytes = dt * rows * context * (2 * n * k + 2 * g * k)
+    else:
+        flops, nbytes = 0.0, dt * rows * max(n, 1)
+    return max(flops / flops_per_us, nbytes / bpu)
+
+
+# ---- files ---------------------------------------------------------------------------------
+
+
+def format_table(rows: Iterable[tuple], headers: Iterable[str]) -> str:
+    """The CSV text of a table: ``# key: value`` header lines, the columns, one row per call."""
+    out = io.StringIO()
+    for line in headers:
+        out.write(f"# {line}\n")
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for op, n, k, g, r, ctx, us in rows:
+        w.writerow([op, int(n), int(k), int(g), int(r), int(ctx), f"{float(us):.4g}"])
+    return out.getvalue()
+
+
+def write_table(path: Path, rows: Iterable[tuple], headers: Iterable[str]) -> Path:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, format_table(rows, headers))
+
+
+def load_table(path: str) -> KernelTable:
+    files = kernel_table_files(path)
+    return _load(tuple(str(f) for f in files), tuple(f.stat().st_mtime_ns for f in files), path)
+
+
+@functools.lru_cache(maxsize=16)
+def _load(files: tuple[str, ...], _mtimes: tuple[int, ...], source: str) -> KernelTable:
+    points: dict[Shape, dict[tuple[int, int], list[float]]] = {}
+    headers: list[str] = []
+    for name in files:
+        text = Path(name).read_text()
+        headers += [ln[1:].strip() for ln in text.splitlines() if ln.startswith("#")]
+        body = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+        for i, rec in enumerate(csv.DictReader(body)):
+            shape, r, ctx, us = _parse(rec, f"{name}:{i + 2}")
+            points.setdefault(shape, {}).setdefault((r, ctx), []).append(us)
+    if not points:
+        raise ConfigError(f"hardware.kernel_table={source!r}: the table holds no kernels")
+    curves = {shape: _curve(shape[0], pts) for shape, pts in points.items()}
+    return KernelTable(curves=curves, headers=tuple(headers), source=source)
+
+
+def _parse(rec: dict, where: str) -> tuple[Shape, int, int, float]:
+    if set(COLUMNS) - set(rec):
+        raise ConfigError(f"{where}: a kernel table needs the columns {','.join(COLUMNS)}")
+    op = rec["op"]
+    if op not in OPS:
+        raise ConfigError(f"{where}: op={op!r} is not a kernel; allowed: {', '.join(OPS)}")
+    try:
+        n, k, g, r, ctx = (int(rec[c]) for c in ("n", "k", "g", "rows", "context"))
+        us = float(rec["us"])
+    except ValueError:
+        raise ConfigError(f"{where}: n,k,g,rows,context must be integers and us a number") from None
+    if r < 1 or min(n, k, g, ctx) < 0 or not (math.isfinite(us) and us > 0):
+        raise ConfigError(f"{where}: rows must be >= 1, n/k/g/context >= 0, us finite and > 0")
+    return (op, n, k, g), r, ctx, us
+
+
+def _curve(op: str, pts: dict[tuple[int, int], list[float]]) -> Curve:
+    by_rows: dict[int, list[tuple[int, float]]] = {}
+    for (r, ctx), us in pts.items():
+        by_rows.setdefault(r, []).append((ctx, float(np.median(us))))
+    rows = sorted(by_rows)
+    ctxs, times = [], []
+    for r in rows:
+        line = sorted(by_rows[r])
+        ctxs.append(np.array([max(c, 1) for c, _ in line], dtype=float))
+        times.append(np.array([t for _, t in line], dtype=float))
+    return Curve(
+        rows=np.array(rows, dtype=float),
+        contexts=tuple(ctxs),
+        times=tuple(times),
+        context_power=CONTEXT_POWER.get(op, 1.0),
+    )

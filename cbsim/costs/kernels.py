@@ -1,0 +1,102 @@
+"""A forward's kernel time from a kernel table: the model's GEMMs, elementwise kernels and
+attention, each looked up at the step's rows and contexts (kernel_table.py interpolates).
+
+The kernels are the runtime's (runtime/profile_kernels.py times the same list): per layer the
+projection GEMMs (q/k/v and gate/up fused when ``mode.fuse_projections``), two RMSNorms, RoPE, the
+KV-cache write, SiLU x up and two residual adds; once per forward the final RMSNorm, the LM head
+over the sampled rows and their argmax. Attention per layer: decode rows through the paged
+decode kernel at their mean context, prompt chunks from position 0 as padded causal groups.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cbsim.config.hardware import HardwareConfig
+from cbsim.config.schema import CbsimConfig, ModelConfig
+from cbsim.costs.kernel_table import KernelTable, load_table
+
+
+def gemm_shapes(m: ModelConfig, fused: bool) -> list[tuple[str, int, int]]:
+    """(name, N, K) of every GEMM of one layer as the runtime runs it, then the LM head."""
+    h, inter = m.hidden_size, m.intermediate_size
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    if fused:
+        shapes = [("qkv", q + 2 * kv, h), ("o", h, q), ("gate_up", 2 * inter, h)]
+    else:
+        shapes = [("q", q, h), ("k", kv, h), ("v", kv, h), ("o", h, q)]
+        shapes += [("gate", inter, h), ("up", inter, h)]
+    return [*shapes, ("down", h, inter), ("lm_head", m.vocab_size, h)]
+
+
+def elementwise_ops(m: ModelConfig) -> list[tuple[str, int, int, int]]:
+    """(op, n, k, calls per layer) of one layer's elementwise kernels."""
+    h, hq, hkv, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim
+    return [
+        ("rms_norm", h, 0, 2),
+        ("rope", (hq + hkv) * d, d, 1),
+        ("kv_write", 2 * hkv * d, d, 1),
+        ("silu_mul", m.intermediate_size, 0, 1),
+        ("add", h, 0, 2),
+    ]
+
+
+class KernelCosts:
+    """One model's forward terms from a table, at the profile's rates for unseen shapes."""
+
+    def __init__(self, config: CbsimConfig) -> None:
+        hw: HardwareConfig = config.hardware
+        m = config.model
+        self.table: KernelTable = load_table(hw.kernel_table)
+        self.rates = {"flops_per_us": hw.peak_flops * 1e-6, "bytes_per_us": hw.hbm_bandwidth * 1e-6}
+        shapes = gemm_shapes(m, config.mode.fuse_projections)
+        self.layer_gemms = [(n, k) for _, n, k in shapes[:-1]]
+        self.lm_head = shapes[-1][1:]
+        self.elementwise = elementwise_ops(m)
+        self.layers, self.hidden, self.vocab = m.num_layers, m.hidden_size, m.vocab_size
+        self.attn_shape = (m.num_heads, m.head_dim, m.num_kv_heads)
+        self._linear: dict[int, float] = {}
+
+    def t(self, op: str, n: int, k: int, g: int, rows: float, context: float = 0) -> float:
+        return self.table.time_us(op, n, k, g, rows, context, **self.rates)
+
+    def linear_us(self, rows: int) -> float:
+        """Every layer's GEMMs and elementwise kernels over ``rows`` tokens, and the final norm."""
+        got = self._linear.get(rows)
+        if got is None:
+            per_layer = sum(self.t("gemm", n, k, 0, rows) for n, k in self.layer_gemms)
+            per_layer += sum(c * self.t(op, n, k, 0, rows) for op, n, k, c in self.elementwise)
+            got = self._linear[rows] = self.layers * per_layer + self.t(
+                "rms_norm", self.hidden, 0, 0, rows
+            )
+        return got
+
+    def lm_head_us(self, sampled: int) -> float:
+        if sampled <= 0:
+            return 0.0
+        n, k = self.lm_head
+        return self.t("gemm", n, k, 0, sampled) + self.t("argmax", self.vocab, 0, 0, sampled)
+
+    def decode_attention_us(self, rows: int, mean_context: float) -> float:
+        return self.layers * self.t("decode_attention", *self.attn_shape, rows, mean_context)
+
+    def prefill_attention_us(self, prompts: int, length: int) -> float:
+        return self.layers * self.t("prefill_attention", *self.attn_shape, prompts, length)
+
+    def attention_us(self, batch, decode: bool, padded_groups: bool) -> float:
+        """Decode rows and prompt chunks from position 0 (chunks after a cached prefix are
+        costed by the caller's roofline)."""
+        q, ctx = batch.query_lens, batch.context_lens
+        if decode:
+            return self.decode_attention_us(len(q), float(ctx.mean()))
+        one = q == 1
+        total = 0.0
+        if one.any():
+            total += self.decode_attention_us(int(one.sum()), float(ctx[one].mean()))
+        fresh = (q > 1) & (batch.start_pos == 0)
+        if fresh.any():
+            if padded_groups:  # one group padded to its longest chunk
+                total += self.prefill_attention_us(int(fresh.sum()), int(q[fresh].max()))
+            else:
+                total += sum(self.prefill_attention_us(1, int(n)) for n in np.asarray(q[fresh]))
+        return total

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device call on the H200: install the wheels, then time the kernels of three model shapes
+# (Llama-3.2-1B, Llama-3.2-3B, Llama-3.1-8B) into kernel tables under $OUT/h200/.
+# Run from the repo root with the wheels in .whl (../shared/tools/gpu-wheels.sh .whl):
+#   bash experiments/kernels/profile_call.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . &&
+  export PYTHONPATH=/tmp/site || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$OUT/hardware.txt" 2>&1
+TARGET=${TARGET:-3.0}
+# the Llama-3.2-3B shape (Meta's config.json): 28 layers, 24 heads of 128, 8 kv heads, tied embeddings
+THREE_B="model=llama3_1b model.name=llama3_3b model.hidden_size=3072 model.intermediate_size=8192 model.num_layers=28 model.num_heads=24 model.num_kv_heads=8 model.head_dim=128"
+run() {  # $1: seconds, rest: overrides
+  local limit=$1; shift
+  echo "== python3 -m cbsim +experiment=profile_kernels mode=runtime $* extra.out=$OUT/h200"
+  timeout "$limit" python3 -m cbsim +experiment=profile_kernels mode=runtime "$@" \
+    extra.out="$OUT/h200" extra.target_ms="$TARGET" hydra.run.dir=/tmp/prof 2>&1 | grep -v Warn | tail -8
+}
+run "${T1:-65}" model=llama3_1b extra.max_seconds=45
+run "${T3:-60}" $THREE_B "extra.kinds=[elementwise,gemm,prefill_attention,decode_attention]" extra.max_seconds=45
+run "${T8:-70}" model=llama3_8b "extra.kinds=[elementwise,gemm,prefill_attention,decode_attention]" extra.max_seconds=50
+ls -la "$OUT/h200"

@@ -1,0 +1,382 @@
+"""Time the kernels a forward step is made of into a kernel table (cbsim/costs/kernel_table.py).
+
+``python -m cbsim +experiment=profile_kernels mode=runtime model=llama3_8b`` (conf/experiment/
+profile_kernels.yaml documents the grid under ``extra``). Each kernel is called as the runtime calls
+it (cuBLAS GEMMs of the model's projection shapes, fused as ``mode.fuse_projections`` fuses them;
+the Triton paged decode-attention kernel; the prefill-chunk attention of runtime/attention.py; the
+Triton RMSNorm and RoPE kernels; SiLU x up, residual add, argmax, the KV-cache write; pinned copies),
+captured ``reps`` times back to back in a CUDA graph and replayed between two CUDA events, so a
+call's time is what it costs inside a replayed graph. Weights and KV caches rotate over enough
+copies that the next call never finds its operand in L2, as in a forward where every layer has its
+own. On a CPU (tests) the same grid runs with torch fallbacks and wall-clock timing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from cbsim.config.errors import ConfigError
+from cbsim.config.schema import CbsimConfig
+from cbsim.costs.kernel_table import write_table
+from cbsim.costs.kernels import gemm_shapes
+
+from .attention import AttnMeta, decode_torch, prefill_fresh
+
+log = logging.getLogger("cbsim")
+L2_ROTATE_BYTES = 256 << 20  # operands cycled per graph: several times the H200's 50 MB L2
+
+
+def _pow2(lo: int, hi: int) -> list[int]:
+    return [1 << i for i in range(lo, hi + 1)]
+
+
+@dataclass
+class ProfileGrid:
+    """Where each kernel is measured (``extra.*`` of +experiment=profile_kernels)."""
+
+    gemm_rows: list[int] = field(default_factory=lambda: _pow2(0, 13))
+    lm_head_rows_max: int = 1024  # sampled rows: at most one per request of a step
+    decode_batches: list[int] = field(default_factory=lambda: _pow2(0, 8))
+    decode_contexts: list[int] = field(default_factory=lambda: _pow2(7, 15))
+    decode_max_tokens: int = 1 << 21  # batch x context cap (8 GiB of one layer's KV for 8B)
+    prefill_rows: list[int] = field(default_factory=lambda: [1, 4, 16])
+    prefill_lengths: list[int] = field(default_factory=lambda: _pow2(4, 13))
+    prefill_max_tokens: int = 1 << 15
+    elementwise_rows: list[int] = field(default_factory=lambda: _pow2(0, 13))
+    copy_bytes: list[int] = field(default_factory=lambda: [1 << i for i in range(6, 27, 2)])
+    target_ms: float = 10.0  # GPU time per measured point (replays are repeated to reach it)
+    max_seconds: float = 150.0  # stop after this long; the header says which kinds were left
+    kinds: list[str] = field(default_factory=lambda: list(KINDS))  # which kinds, in this order
+    out: str | None = None  # directory of the table; None: the run directory
+    name: str | None = None  # file name stem; None: the model's name
+
+    @classmethod
+    def from_extra(cls, extra: dict[str, Any]) -> ProfileGrid:
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(extra) - known)
+        if bad:
+            raise ConfigError(
+                f"extra.{bad[0]} is not a profile_kernels setting; allowed: {sorted(known)}"
+            )
+        grid = cls(**{k: v for k, v in extra.items() if k in known})
+        for f in fields(cls):
+            value = getattr(grid, f.name)
+            if f.name == "kinds":
+                continue
+            if isinstance(value, list) and (not value or any(int(v) < 1 for v in value)):
+                raise ConfigError(
+                    f"extra.{f.name}={value} must be a non-empty list of integers >= 1"
+                )
+            if f.name.endswith(("_max", "_tokens")) and int(value) < 1:
+                raise ConfigError(f"extra.{f.name}={value} must be >= 1")
+        for kind in grid.kinds:
+            if kind not in KINDS:
+                raise ConfigError(f"extra.kinds: {kind!r} is not a kind; allowed: {list(KINDS)}")
+        for key in ("target_ms", "max_seconds"):
+            v = float(getattr(grid, key))
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"extra.{key}={v} must be a finite number > 0")
+        return grid
+
+
+class OutOfTime(Exception):
+    """extra.max_seconds has passed: the kind being measured stops where it is."""
+
+
+class Timer:
+    """Per-call time of a list of calls run back to back (a CUDA graph replay on CUDA)."""
+
+    def __init__(self, device: torch.device, target_ms: float, deadline: float) -> None:
+        self.device, self.target_ms, self.deadline = device, target_ms, deadline
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.eager = 0  # points timed without a graph (capture failed)
+
+    def __call__(self, calls: list[Callable[[], object]]) -> float:
+        if time.monotonic() > self.deadline:
+            raise OutOfTime
+        if self.stream is None:
+            for c in calls:
+                c()
+            t0 = time.perf_counter()
+            for c in calls:
+                c()
+            return (time.perf_counter() - t0) * 1e6 / len(calls)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            for c in calls:  # warm-up: Triton compiles, cuBLAS picks its kernel
+                c()
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, stream=self.stream):
+                for c in calls:
+                    c()
+        except RuntimeError as exc:  # a kernel that cannot be captured: timed as launched
+            log.warning("profile_kernels: graph capture failed (%s); timed eagerly", exc)
+            self.eager += 1
+            torch.cuda.synchronize(self.device)
+            return self._timed(lambda: [c() for c in calls]) / len(calls)
+        one = self._timed(graph.replay, 1)
+        iters = max(3, min(200, int(self.target_ms * 1e3 / max(one, 1e-3))))
+        per = self._timed(graph.replay, iters) / len(calls)
+        del graph
+        return per
+
+    def _timed(self, body: Callable[[], object], n: int = 3) -> float:
+        """Microseconds per run of ``body``, between two CUDA events on the timing stream."""
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        with torch.cuda.stream(self.stream):
+            body()
+            start.record()
+            for _ in range(n):
+                body()
+            end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / n
+
+
+def _copies(nbytes: int, reps_min: int = 4) -> int:
+    return max(reps_min, min(64, -(-L2_ROTATE_BYTES // max(nbytes, 1))))
+
+
+def profile_gemms(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
+    fused = cfg.mode.fuse_projections and dev.type == "cuda"
+    shapes = {(n, k): name for name, n, k in gemm_shapes(cfg.model, fused)}  # k, v: one shape
+    for (n, k), name in shapes.items():
+        ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(_copies(2 * n * k, 2))]
+        for rows in grid.gemm_rows:
+            if name == "lm_head" and rows > grid.lm_head_rows_max:
+                break
+            x = torch.randn(rows, k, dtype=dt, device=dev)
+            y = torch.empty(rows, n, dtype=dt, device=dev)
+            calls = [partial(torch.mm, x, w.t(), out=y) for w in ws]
+            out.append(("gemm", n, k, 0, rows, 0, timer(calls)))
+        del ws
+
+
+def _decode_kernel(cfg: CbsimConfig, dev: torch.device):
+    if dev.type == "cuda" and cfg.mode.attention != "torch":
+        from .kernels.paged_attention import paged_decode_attention
+
+        return paged_decode_attention
+    return decode_torch
+
+
+def profile_decode(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
+    m, bs = cfg.model, cfg.workload.kv_block_size
+    hq, hkv, d = m.num_heads, m.num_kv_heads, m.head_dim
+    kernel, scale = _decode_kernel(cfg, dev), d**-0.5
+    per_token = 2 * hkv * d * 2
+    blocks = -(-max(grid.decode_max_tokens, L2_ROTATE_BYTES // per_token) // bs) + 1
+    kc = torch.randn(blocks, bs, hkv, d, dtype=dt, device=dev)
+    vc = torch.randn_like(kc)
+    for b in grid.decode_batches:
+        for ctx in grid.decode_contexts:
+            if b * ctx > grid.decode_max_tokens:
+                break
+            width = -(-ctx // bs)
+            copies = max(1, min(_copies(b * ctx * per_token, 1), (blocks - 1) // (b * width)))
+            q = torch.randn(b, hq, d, dtype=dt, device=dev)
+            lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
+            ids = torch.arange(copies * b * width, dtype=torch.int32, device=dev)
+            tables = ids.view(copies, b, width)
+            calls = [partial(kernel, q, kc, vc, t, lens, scale) for t in tables]
+            out.append(("decode_attention", hq, d, hkv, b, ctx, timer(calls)))
+
+
+def profile_prefill(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
+    m = cfg.model
+    hq, hkv, d = m.num_heads, m.num_kv_heads, m.head_dim
+    for rows in grid.prefill_rows:
+        for length in grid.prefill_lengths:
+            if rows * length > grid.prefill_max_tokens:
+                break
+            t = rows * length
+            q = torch.randn(t, hq, d, dtype=dt, device=dev)
+            k = torch.randn(t, hkv, d, dtype=dt, device=dev)
+            v = torch.randn_like(k)
+            tok = torch.arange(rows, device=dev) * length
+            meta = AttnMeta(cache=None, num_tokens=t, slot_mapping=tok, pre_tok=tok)
+            meta.pre_qlen, meta.pre_qmax = torch.full_like(tok, length), length
+            meta.derive()
+            calls = [partial(prefill_fresh, q, k, v, meta, d**-0.5)] * 2
+            out.append(("prefill_attention", hq, d, hkv, rows, length, timer(calls)))
+
+
+def _elementwise(cfg: CbsimConfig, dev: torch.device) -> dict[str, Callable]:
+    """Per op: (n, k, make(rows) -> call) as the runtime runs it."""
+    m, dt = cfg.model, _dtype(cfg)
+    h, hq, hkv, d, inter = (
+        m.hidden_size,
+        m.num_heads,
+        m.num_kv_heads,
+        m.head_dim,
+        m.intermediate_size,
+    )
+    triton = dev.type == "cuda" and cfg.mode.fuse_norm_rope
+    if triton:
+        from .kernels.fused_elementwise import apply_rope, rms_norm
+    w = torch.ones(h, dtype=dt, device=dev)
+
+    def norm(r):
+        x = torch.randn(r, h, dtype=dt, device=dev)
+        if triton:
+            return lambda: rms_norm(x, w, 1e-5)
+        return lambda: (
+            w * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(dt)
+        )
+
+    def rope(r):
+        qkv = torch.randn(1, r, (hq + 2 * hkv) * d, dtype=dt, device=dev)
+        q = qkv[..., : hq * d].view(1, r, hq, d).transpose(1, 2)
+        k = qkv[..., hq * d : (hq + hkv) * d].view(1, r, hkv, d).transpose(1, 2)
+        cos = torch.randn(1, r, d, dtype=dt, device=dev)
+        if triton:
+            return lambda: apply_rope(q, k, cos, cos)
+        half = d // 2
+        rot = lambda t: torch.cat((-t[..., half:], t[..., :half]), -1)  # noqa: E731
+        c = cos[:, None]
+        return lambda: (q * c + rot(q) * c, k * c + rot(k) * c)
+
+    def silu(r):
+        gu = torch.randn(1, r, 2 * inter, dtype=dt, device=dev)
+        return lambda: F.silu(gu[..., :inter]) * gu[..., inter:]
+
+    def add(r):
+        a, b = (torch.randn(1, r, h, dtype=dt, device=dev) for _ in range(2))
+        return lambda: a + b
+
+    def argmax(r):
+        logits = torch.randn(r, m.vocab_size, dtype=dt, device=dev)
+        return lambda: logits.argmax(-1)
+
+    def kv_write(r):
+        kc = torch.zeros(r + 16, hkv, d, dtype=dt, device=dev)
+        vc, key = torch.zeros_like(kc), torch.randn(r, hkv, d, dtype=dt, device=dev)
+        slots = torch.randperm(r, device=dev)
+        return lambda: (kc.index_copy_(0, slots, key), vc.index_copy_(0, slots, key))
+
+    return {
+        "rms_norm": (h, 0, norm),
+        "rope": ((hq + hkv) * d, d, rope),
+        "silu_mul": (inter, 0, silu),
+        "add": (h, 0, add),
+        "argmax": (m.vocab_size, 0, argmax),
+        "kv_write": (2 * hkv * d, d, kv_write),
+    }
+
+
+def profile_elementwise(
+    cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list
+) -> None:
+    for op, (n, k, make) in _elementwise(cfg, dev).items():
+        for rows in grid.elementwise_rows:
+            if op == "argmax" and rows > grid.lm_head_rows_max:
+                break
+            out.append((op, n, k, 0, rows, 0, timer([make(rows)] * 4)))
+
+
+def profile_copies(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
+    pin = dev.type == "cuda"
+    for nbytes in grid.copy_bytes:
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+        devb = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        h2d = partial(devb.copy_, host, non_blocking=True)
+        d2h = partial(host.copy_, devb, non_blocking=True)
+        out.append(("h2d", 0, 0, 0, nbytes, 0, timer([h2d] * 4)))
+        out.append(("d2h", 0, 0, 0, nbytes, 0, timer([d2h] * 4)))
+
+
+KINDS = {
+    "copies": profile_copies,
+    "elementwise": profile_elementwise,
+    "gemm": profile_gemms,
+    "prefill_attention": profile_prefill,
+    "decode_attention": profile_decode,
+}
+
+
+def _dtype(cfg: CbsimConfig) -> torch.dtype:
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
+        cfg.model.dtype
+    ]
+
+
+def _hardware(dev: torch.device) -> str:
+    parts = [f"torch {torch.__version__}"]
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        parts = [p.name, f"{p.multi_processor_count} SMs", f"{p.total_memory / 2**30:.0f} GiB"]
+        parts += [f"torch {torch.__version__}", f"cuda {torch.version.cuda}"]
+        try:
+            import triton
+
+            parts.append(f"triton {triton.__version__}")
+        except ImportError:
+            pass
+    return ", ".join(parts)
+
+
+def run_profile(config: CbsimConfig, run_dir: Path, command: str = "") -> dict[str, Any]:
+    """Measure every kind of kernel of ``config.model`` and write the table (again after each
+    kind, so a run stopped early keeps what it measured); returns a summary."""
+    grid = ProfileGrid.from_extra(dict(config.extra))
+    dev = torch.device(config.mode.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"mode.device={config.mode.device}: no CUDA device is visible")
+    torch.manual_seed(config.workload.seed)
+    t0 = time.monotonic()
+    timer, dt = Timer(dev, grid.target_ms, t0 + grid.max_seconds), _dtype(config)
+    path = (Path(grid.out) if grid.out else Path(run_dir)) / f"{grid.name or config.model.name}.csv"
+    rows: list[tuple] = []
+    short: list[str] = []
+    with torch.inference_mode():
+        for kind in grid.kinds:
+            before = len(rows)
+            try:
+                KINDS[kind](config, grid, timer, dt, dev, rows)
+            except OutOfTime:
+                short.append(kind)
+            log.info(
+                "profile_kernels: %s, %d points, %.0f s",
+                kind,
+                len(rows) - before,
+                time.monotonic() - t0,
+            )
+            write_table(path, rows, _headers(config, dev, command, timer, t0, grid, short))
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    log.info("kernel table: %s (%d kernels)", path, len(rows))
+    return {"kernel_table": str(path), "points": len(rows), "cut_short": short}
+
+
+def _headers(config, dev, command, timer, t0, grid, short) -> list[str]:
+    m, cuda = config.model, dev.type == "cuda"
+    command = command or f"python -m cbsim +experiment=profile_kernels mode=runtime model={m.name}"
+    headers = [
+        "cbsim kernel table v1 (columns: cbsim/costs/kernel_table.py)",
+        f"hardware: {_hardware(dev)}",
+        f"command: {command}",
+        f"model: {m.name} (hidden {m.hidden_size}, intermediate {m.intermediate_size}, heads "
+        f"{m.num_heads}/{m.num_kv_heads} x {m.head_dim}, vocab {m.vocab_size}, {m.dtype})",
+        f"fused: projections {cuda and config.mode.fuse_projections}, norm and rope "
+        f"{cuda and config.mode.fuse_norm_rope}",
+        "timing: per call, CUDA events around replays of a graph of back-to-back calls (node gap "
+        f"included); {timer.eager} points eager (capture failed)"
+        if cuda
+        else "timing: per call, wall clock on the CPU (a smoke test, not a profile)",
+        f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {time.monotonic() - t0:.0f} s",
+    ]
+    if short:
+        headers.append(f"cut short by extra.max_seconds={grid.max_seconds}: {', '.join(short)}")
+    return headers
