@@ -11,6 +11,14 @@ from cbsim.metrics import SUMMARY_ROWS, compare_metrics
 from cbsim.report.charts import stacked_steps_figure, step_time_figure, time_split_figure
 from cbsim.report.frames import RunFrames, run_frames
 from cbsim.report.html import Page, esc, table
+from cbsim.report.serving import (
+    cdf_figure,
+    is_online,
+    overload_sentence,
+    queue_figure,
+    serving_table,
+    serving_values,
+)
 from cbsim.report.timeline import (
     AGGREGATE_BINS,
     detail_figure,
@@ -205,6 +213,9 @@ def build_page(runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfi
     )
     page = Page(title)
     page.heading(title, level=1)
+    overload = overload_sentence(metrics)
+    if overload:
+        page.para("<b>" + esc(overload) + "</b>", "lead")
     page.para(esc(verdict(metrics)), "lead")
     if config.description:
         page.para(esc(config.description), "note")
@@ -212,6 +223,8 @@ def build_page(runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfi
     if "sync" in metrics and "async" in metrics:
         tables.insert(1, comparison_table(metrics["sync"], metrics["async"]))
     page.add('<div class="grid">' + "".join(f"<div>{t}</div>" for t in tables) + "</div>")
+    if is_online(metrics):
+        serving_section(page, {e: t for e, (t, _) in runs.items()}, metrics)
 
     page.heading("Where the time went", anchor="split")
     page.para(
@@ -253,6 +266,26 @@ def build_page(runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfi
         "note",
     )
     return page
+
+
+def serving_section(
+    page: Page, traces: dict[str, Trace], metrics: dict[str, dict[str, Any]]
+) -> None:
+    """Latencies in vLLM's names, their distributions and the queue (online workloads)."""
+    page.heading("Serving: latency and the queue", anchor="serving")
+    page.para(
+        "As vLLM's <code>bench serve</code> reports them: TTFT from arrival to the first "
+        "token, TPOT per output token after the first, ITL between a request's consecutive "
+        "tokens, E2EL from arrival to the last token. An engine that finishes requests more "
+        "slowly than they arrive builds a queue, and every request behind it waits longer.",
+        "note",
+    )
+    page.add(serving_table(metrics))
+    page.figure(cdf_figure({e: serving_values(t) for e, t in traces.items()}), "latency_cdf")
+    queue = queue_figure(traces)
+    if queue is not None:
+        page.para("The scheduler's queue: requests waiting (solid) and running (dotted).", "note")
+        page.figure(queue, "queue")
 
 
 def timeline_section(page: Page, frames: list[RunFrames]) -> str:

@@ -1,0 +1,72 @@
+"""The online report: when arrivals outrun an engine it says so first, in vLLM's names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_config
+
+from cbsim.metrics import compute_metrics
+from cbsim.report import write_run_report
+from cbsim.report.serving import cdf_figure, overload_sentence, queue_figure, serving_values
+from cbsim.sim import run
+
+# 48 requests at 40/s on the reported stack: sync falls behind, async keeps up better
+ONLINE = [
+    "+experiment=online",
+    "model=tiny",
+    "workload.num_requests=48",
+    "workload.batch_size=8",
+    "workload.prompt_len=64",
+    "workload.gen_len=32",
+    "workload.rate=40",
+]
+
+
+@pytest.fixture(scope="module")
+def online_runs():
+    config = make_config(ONLINE)
+    runs = {}
+    for engine in ("sync", "async"):
+        trace = run(config, engine)
+        runs[engine] = (trace, compute_metrics(trace))
+    return config, runs
+
+
+def test_latency_values_are_the_metrics_values(online_runs):
+    _, runs = online_runs
+    for trace, m in runs.values():
+        v = serving_values(trace)
+        assert len(v["ttft"]) == m["requests_finished"] == 48
+        for key in ("ttft", "tpot", "itl", "e2el"):
+            assert np.median(v[key]) == pytest.approx(m[f"median_{key}_ms"])
+            assert np.percentile(v[key], 99) == pytest.approx(m[f"p99_{key}_ms"])
+
+
+def test_overload_leads_and_names_the_rates():
+    metrics = {
+        "sync": {
+            "overloaded": True,
+            "offered_request_rate": 6.0,
+            "sustained_request_rate": 3.5,
+            "median_ttft_ms": 3173.4,
+        },
+        "async": {"overloaded": False, "offered_request_rate": 6.0, "median_ttft_ms": 27.5},
+    }
+    text = overload_sentence(metrics)
+    assert text.startswith("sync cannot sustain the offered 6.00 req/s (it finishes 3.50")
+    assert "sync 3,173 ms" in text and "async 27.5 ms" in text
+    assert overload_sentence({"async": metrics["async"]}) is None
+
+
+def test_online_report_has_the_serving_section(online_runs, tmp_path):
+    config, runs = online_runs
+    cdf = cdf_figure({e: serving_values(t) for e, (t, _) in runs.items()})
+    assert [a.text for a in cdf.layout.annotations][0].startswith("TTFT")
+    assert {t.name for t in cdf.data} == {"sync", "async"} and len(cdf.data) == 8
+    queue = queue_figure({e: t for e, (t, _) in runs.items()})
+    assert {t.name for t in queue.data} >= {"sync: waiting", "async: running"}
+    html = write_run_report(runs, config, tmp_path / "report.html").read_text()
+    for label in ("Median TTFT (ms)", "P99 ITL (ms)", "Mean E2EL (ms)", "Request throughput"):
+        assert label in html
+    assert "Serving: latency and the queue" in html
