@@ -12,7 +12,8 @@ Length distributions (``prompt_*`` and ``gen_*`` alike; ``value`` is ``prompt_le
 - ``lognormal``: ``exp(N(mu, spread))`` rounded, with ``mu = log(value) - spread**2 / 2`` so that
   ``value`` is the *mean*, as the config documents (the median is ``value * exp(-spread**2 / 2)``).
 - ``file``: one integer per line, or a JSON list of integers; cycled when it holds fewer lengths
-  than there are requests.
+  than there are requests. ``check_lengths_files`` refuses a file that is missing or holds anything
+  but integers in range.
 
 Every length is clipped to at least 1. Arrivals are all at 0 (``offline``) or a Poisson process at
 ``workload.rate`` requests/s (``poisson``: exponential gaps, the first request at t = 0).
@@ -27,7 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from cbsim.config.errors import ConfigError
 from cbsim.config.schema import WorkloadConfig
+
+MAX_LENGTH = 1 << 24  # the range workload.prompt_len and workload.gen_len allow
 
 
 @dataclass
@@ -48,6 +52,7 @@ def make_requests(workload: WorkloadConfig, vocab_size: int) -> list[Request]:
     """``workload.total_requests`` requests, sorted by arrival, rids 0..n-1, deterministic."""
     if vocab_size < 1:
         raise ValueError(f"vocab_size={vocab_size} must be >= 1")
+    check_lengths_files(workload)
     n = workload.total_requests
     s_prompt, s_gen, s_arrival, s_ids = np.random.SeedSequence(workload.seed).spawn(4)
     prompt = _lengths(
@@ -146,23 +151,36 @@ def _lengths(
     return np.maximum(out, 1)
 
 
+def check_lengths_files(workload: WorkloadConfig) -> None:
+    """Every lengths file the workload names is read and checked (exists, integers from 1 to
+    MAX_LENGTH): a ConfigError naming the key, the file and what is allowed. Called at config
+    load time and by ``make_requests``. (A file named without ``*_dist=file`` the schema already
+    refuses.)"""
+    for which in ("prompt", "gen"):
+        path = getattr(workload, f"{which}_file")
+        if path or getattr(workload, f"{which}_dist") == "file":
+            read_lengths(path, f"workload.{which}_file")
+
+
 def read_lengths(path: str | None, key: str = "lengths file") -> np.ndarray:
     """Positive integer lengths from a file: one per line (blank lines and # comments skipped)
-    or a JSON list. Errors name the path and the offending entry."""
+    or a JSON list. Errors (ConfigError) name the key, the path and the offending entry."""
     if not path:
-        raise ValueError(f"{key}: no path given")
+        raise ConfigError(f"{key}: no path given")
     p = Path(path).expanduser()
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{key}={path}: cannot read the lengths file ({exc})") from None
+        raise ConfigError(f"{key}={path}: cannot read the lengths file ({exc})") from None
     stripped = text.strip()
     values: list[object]
     if stripped.startswith("["):
         try:
             values = json.loads(stripped)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{key}={path}: not a JSON list of lengths ({exc})") from None
+            raise ConfigError(f"{key}={path}: not a JSON list of lengths ({exc})") from None
+        if not isinstance(values, list):
+            raise ConfigError(f"{key}={path}: not a JSON list of lengths")
     else:
         values = [
             line.split("#", 1)[0].strip()
@@ -176,12 +194,17 @@ def read_lengths(path: str | None, key: str = "lengths file") -> np.ndarray:
                 raise ValueError
             length = int(v)  # type: ignore[call-overload]
         except (TypeError, ValueError):
-            raise ValueError(f"{key}={path}: entry {i + 1} ({v!r}) is not an integer") from None
-        if length < 1:
-            raise ValueError(f"{key}={path}: entry {i + 1} is {length}; lengths must be >= 1")
+            raise ConfigError(
+                f"{key}={path}: entry {i + 1} ({v!r}) is not an integer; allowed: integers "
+                f"from 1 to {MAX_LENGTH}"
+            ) from None
+        if not 1 <= length <= MAX_LENGTH:
+            raise ConfigError(
+                f"{key}={path}: entry {i + 1} is {length}; allowed: lengths from 1 to {MAX_LENGTH}"
+            )
         out.append(length)
     if not out:
-        raise ValueError(f"{key}={path}: the file holds no lengths")
+        raise ConfigError(f"{key}={path}: the file holds no lengths")
     return np.asarray(out, dtype=np.int64)
 
 

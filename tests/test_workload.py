@@ -116,3 +116,32 @@ def test_check_requests_fit():
         check_requests_fit([ok, long], max_context=16, kv_capacity_tokens=100)
     with pytest.raises(ValueError, match=r"request 7.*needs 16 KV entries.*capacity of 15"):
         check_requests_fit([ok, long], max_context=100, kv_capacity_tokens=15)
+
+
+def test_a_lengths_file_is_checked_whenever_it_is_named(tmp_path):
+    from cbsim.config.errors import ConfigError
+    from cbsim.workload import check_lengths_files
+
+    good = tmp_path / "ok.txt"
+    good.write_text("5\n7\n")
+    # named without prompt_dist=file: refused, saying what is allowed (not silently ignored)
+    with pytest.raises(ConfigError, match=r"workload.prompt_file=.*ok.txt is set but "):
+        WorkloadConfig(num_requests=2, prompt_file=str(good))
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps([5, 1 << 30]))
+    w = WorkloadConfig(num_requests=2, gen_dist="file", gen_file=str(big))
+    with pytest.raises(
+        ConfigError,
+        match=r"workload.gen_file=.*big.json: entry 2 is 1073741824; "
+        r"allowed: lengths from 1 to 16777216",
+    ):
+        check_lengths_files(w)
+    obj = tmp_path / "obj.json"
+    obj.write_text('[{"a": 1}]')
+    w = WorkloadConfig(num_requests=2, gen_dist="file", gen_file=str(obj))
+    with pytest.raises(ConfigError, match="entry 1 .* is not an integer"):
+        check_lengths_files(w)
+    w = WorkloadConfig(num_requests=2, gen_dist="file", gen_file=str(tmp_path / "nope.txt"))
+    with pytest.raises(ConfigError, match="workload.gen_file=.*nope.txt: cannot read"):
+        check_lengths_files(w)
+    check_lengths_files(WorkloadConfig(num_requests=2, prompt_dist="file", prompt_file=str(good)))
