@@ -40,7 +40,10 @@ import numpy as np
 
 from cbsim.trace import schema as S
 from cbsim.trace.builder import TraceBuilder
-from cbsim.trace.io import TraceError, load_json, validate, write_trace
+from cbsim.trace.checks import check_timed, validate
+from cbsim.trace.errors import TraceError
+from cbsim.trace.io import write_trace
+from cbsim.trace.load import DEFAULT_MAX_BYTES, load_json
 from cbsim.trace.model import Trace
 
 DEFAULT_STEP_MARKER = r"^(forward|graph_replay)(#\d+)?$"
@@ -56,7 +59,9 @@ MAX_NAME = 120
 
 
 def import_kineto(
-    path: str | os.PathLike[str], step_marker: str = DEFAULT_STEP_MARKER, max_bytes: int = 1 << 30
+    path: str | os.PathLike[str],
+    step_marker: str = DEFAULT_STEP_MARKER,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Trace:
     """Read a Kineto JSON trace (``.json`` or ``.json.gz``) and return it as a cbsim Trace."""
     path = Path(path)
@@ -79,11 +84,7 @@ def _check(obj: Any) -> list[dict[str, Any]]:
             raise TraceError(f"event {i} is not an object")
         if e.get("ph") != "X" or e.get("cat") not in KINETO_CATS:
             continue
-        ts, dur = e.get("ts"), e.get("dur")
-        if not (_num(ts) and _num(dur)):
-            raise TraceError(f"event {i} ({e.get('name')!r}) needs numeric ts and dur")
-        if dur < 0:
-            raise TraceError(f"event {i} ({e.get('name')!r}) has a negative duration {dur}")
+        check_timed(e, i, "event")
         if not isinstance(e.get("name"), str):
             raise TraceError(f"event {i} has no name")
         spans.append(e)
@@ -93,10 +94,6 @@ def _check(obj: Any) -> list[dict[str, Any]]:
             "torch.profiler / Kineto trace, or an empty one"
         )
     return spans
-
-
-def _num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def convert(obj: Any, step_marker: str = DEFAULT_STEP_MARKER, name: str = "") -> Trace:

@@ -101,5 +101,24 @@ class Trace:
     def engine(self) -> str:
         return self.other_data.get("engine", "")
 
+    @property
+    def incomplete(self) -> bool:
+        """An interrupted run's trace so far (otherData.incomplete: the reason)."""
+        return bool(self.other_data.get("incomplete"))
+
+    def mark_incomplete(self, reason: str) -> Trace:
+        """The same events, marked as the trace so far of a run that did not finish."""
+        return Trace(events=self.events, other_data={**self.other_data, "incomplete": reason})
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The top-level ``metadata`` block Perfetto shows (Info and stats): otherData's plain
+        values; otherData stays the full record."""
+        return {
+            k: v
+            for k, v in self.other_data.items()
+            if isinstance(v, (str, int, float, bool)) or v is None
+        }
+
     def to_json_obj(self) -> dict[str, Any]:
-        return {"traceEvents": self.events, "otherData": self.other_data}
+        return {"traceEvents": self.events, "otherData": self.other_data, "metadata": self.metadata}
