@@ -70,8 +70,9 @@ def make_config(overrides: list[str]):
 
 
 def run_ours(model, config, engine: str) -> dict:
-    from cbsim.metrics import compute_metrics
     from cbsim.runtime.engine import execute
+
+    from cbsim.metrics import compute_metrics
 
     with NvmlSampler() as nv:
         res = execute(config, engine, model=model)
@@ -161,6 +162,7 @@ def main() -> None:
     p.add_argument("--out", default=None)
     a = p.parse_args()
     from cbsim.runtime.model import build_model
+
     from cbsim.workload import make_requests
 
     over = [

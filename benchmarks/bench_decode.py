@@ -1,82 +1,199 @@
-"""Decode-step speed of the 8B shape at batch 32 against the H200's memory-bandwidth floor.
+"""The runtime's decode step against the HBM floor, with its host work per phase and the
+transformers continuous-batching anchor, in one process; prints ONE table.
 
-One run does, in order (each section guarded by a time budget, results appended as JSON lines):
+    PYTHONUNBUFFERED=1 python3 benchmarks/bench_decode.py [--cases MODEL:BATCH:PROMPT:GEN,...]
+        [--engines sync,async] [--anchor MODEL:BATCH:PROMPT:HF_GEN | none] [--set KEY=VALUE]
+        [--deadline-s S] [--out FILE.json]
 
-  env      device, versions, the measured copy bandwidth (the floor's denominator)
-  check    the Triton paged decode kernel against the float32 torch reference on the GPU (poisoned
-           unused pages, padding rows, mixed lengths, several partitions), inside a CUDA graph too
-  kernel   32 layers of decode attention (one graph, one KV cache per layer, B=32, Hq=32, Hkv=8,
-           D=128) per context: Triton variants vs gathered SDPA vs the fp32 reference
-  gemm     the M=32 bf16 projections of one layer, unfused (q, k, v, gate, up) vs fused (qkv,
-           gate_up), each over 32 weight copies (as 32 layers would be; none fits in L2)
-  model    the 8B Llama (random bf16 weights, transformers' own layers) decode step, CUDA-graph
-           replayed: paged KV + Triton kernel vs gathered SDPA, unfused vs fused projections,
-           transformers' own `sdpa` over a StaticCache, and a no-attention step (weights only)
+(a smoke test on a CPU: --cases tiny:2:8:6 --engines sync --anchor none --set mode.device=cpu)
 
-Run on the GPU machine (no cbsim imports, so no hydra/omegaconf needed there):
-    PYTHONUNBUFFERED=1 python3 benchmarks/bench_decode.py --out $OUT
-and on a CPU for a smoke test of the plumbing:
-    python benchmarks/bench_decode.py --small
+Each case runs through `cbsim.runtime.run`, the function `python -m cbsim mode=runtime` calls
+(its own model build, warm-up, collector handling: nothing harness-only), and is measured from
+its trace: ms per step (wall / steps), the decode forward's mean, the floor of those forwards
+((weights read + live KV) / the copy bandwidth, `--copy-tbps`), the share of it reached, GPU
+idle, the median host microseconds per phase over decode steps, the longest compute-lane gap
+after warm-up, and host stalls (cbsim.metrics). The anchor is transformers' own
+`generate_batch` (`paged|sdpa`, CUDA graphs, sync) on the same model shape and prompts.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
+import gc
+import json
 import sys
-import traceback
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks, runtime
-from benchmarks.decode.bench import Bench  # noqa: E402
-from benchmarks.decode.common import COPY_TBPS_BRIEF, SHAPE_8B, SHAPE_SMALL  # noqa: E402
+import numpy as np
 
-__all__ = ["COPY_TBPS_BRIEF", "SHAPE_8B", "SHAPE_SMALL", "Bench", "main"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks
+# the H200's measured device-to-device copy bandwidth (BRIEF; perf-notes: 4.258 on this card)
+COPY_TBPS = 4.27
+DEFAULT_CASES = (
+    "llama3_8b:32:256:1024,llama3_8b:4:256:512,llama3_8b:16:2048:256,"
+    "llama3_1b:128:256:512,llama3_3b:64:512:256"
+)
+PHASES = ("schedule", "prepare", "launch", "update")
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def make_config(overrides: list[str]):
+    from hydra import compose, initialize_config_module
+
+    from cbsim.config.store import load_config, register_configs
+
+    register_configs()
+    with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
+        return load_config(compose(config_name="config", overrides=overrides))
+
+
+def case_overrides(spec: str, engine: str) -> list[str]:
+    model, batch, prompt, gen = spec.split(":")
+    return [
+        "mode=runtime",
+        f"engine={engine}",
+        f"model={model}",
+        f"workload.batch_size={batch}",
+        f"workload.prompt_len={prompt}",
+        f"workload.gen_len={gen}",
+    ]
+
+
+def weights_read_bytes(model) -> int:
+    """Bytes a decode step must read: every weight but the embedding table, of which only the
+    batch's rows are read (a tied table is read whole as the LM head)."""
+    emb = 0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size
+    return model.weight_bytes - emb * model.dtype_bytes
+
+
+def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
+    from cbsim.runtime import run
+
+    from cbsim.metrics import compute_metrics
+
+    config = make_config(case_overrides(spec, engine) + extra)
+    trace = run(config, engine)
+    m = compute_metrics(trace)
+    sp = trace.spans
+    fwd = sp[(sp.lane == "compute") & (sp.kind == "decode")]
+    kvb = config.model.kv_bytes_per_token
+    floor_ms = (weights_read_bytes(config.model) + fwd.kv_tokens * kvb) / (copy_tbps * 1e9)
+    host = sp[(sp.lane == "host") & (sp.kind == "decode")]
+    comp = sp[sp.lane == "compute"].sort_values("ts")
+    gaps = (comp.ts.to_numpy()[1:] - (comp.ts + comp.dur).to_numpy()[:-1]) / 1e3
+    counters = trace.other_data["counters"]
+    return {
+        "case": spec,
+        "engine": engine,
+        "total_s": m["total_time_s"],
+        "ms_per_step": m["step_time_ms_mean"],
+        "decode_fwd_ms": float(fwd.dur.mean() / 1e3),
+        "floor_ms": float(floor_ms.mean()),
+        "floor_share": float(floor_ms.sum() / (fwd.dur.sum() / 1e3)),
+        "gpu_idle": m["gpu_idle_fraction"],
+        "host_us": {p: float(host[host.name == p].dur.median()) for p in PHASES},
+        "max_gap_ms": float(gaps[5:].max()) if len(gaps) > 5 else 0.0,
+        "host_stalls": m.get("host_stalls"),
+        "setup_s": counters["setup_s"],
+        "gc_collections_in_loop": counters.get("gc_collections_in_loop"),
+        "tokens": counters["generated_tokens"],
+    }
+
+
+def anchor(spec: str) -> dict:
+    """transformers' own continuous batching, sync, on the spec's shape and prompts."""
+    import torch
+    from cbsim.runtime.model import build_model
+
+    from benchmarks.bench_anchor import run_transformers
+    from cbsim.workload import make_requests
+
+    model_name, batch, prompt, gen = spec.split(":")
+    config = make_config(case_overrides(f"{model_name}:{batch}:{prompt}:{gen}", "sync"))
+    model = build_model(config.model, torch.device("cuda"), seed=config.workload.seed)
+    reqs = make_requests(config.workload, config.model.vocab_size)
+    prompts = [list(map(int, r.prompt_ids)) for r in reqs]
+    row = run_transformers(model, prompts, int(gen), use_async=False)
+    row.pop("outputs", None)
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"case": spec, **row}
+
+
+def table(rows: list[dict], anchors: list[dict], copy_tbps: float, device: str) -> str:
+    head = (
+        f"{'model:batch:prompt:gen':<26}{'engine':<7}{'total s':>8}{'ms/step':>9}"
+        f"{'fwd ms':>8}{'floor':>7}{'share':>7}{'idle':>7}"
+        + "".join(f"{p[:6]:>8}" for p in PHASES)
+        + f"{'gap ms':>8}{'stalls':>7}"
     )
-    p.add_argument("--out", default=os.environ.get("OUT", "experiments/perf/local"))
-    p.add_argument("--contexts", default="256,1024,4096,8192")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--sections", default="env,check,kernel,gemm,model")
-    p.add_argument(
-        "--deadline", type=float, default=270.0, help="seconds; sections stop starting work after"
-    )
-    p.add_argument(
-        "--reserve-s", type=float, default=10.0, help="stop a section when less than this is left"
-    )
-    p.add_argument("--skip-hf", action="store_true", help="skip transformers' sdpa + StaticCache")
-    p.add_argument("--e2e", default="1024:async,8192:async", help="section e2e: GEN_LEN:ENGINE,...")
-    p.add_argument(
-        "--small", action="store_true", help="tiny model on the CPU: a smoke test of the plumbing"
-    )
-    args = p.parse_args(argv)
-    bench = Bench(args)
-    if args.small:
-        bench.contexts = [8, 40]
-        args.batch = 4
-    else:
-        bench.contexts = [int(c) for c in args.contexts.split(",")]
-    budgets = dict(
-        check=30.0, kernel=60.0, gemm=20.0, e2e=200.0
-    )  # seconds; the model section gets the rest
-    for name in args.sections.split(","):
-        bench.section_end = bench.elapsed() + budgets.get(name, math.inf)
+    lines = [
+        f"decode step vs the HBM floor ({copy_tbps} TB/s), host us per decode step (median); "
+        f"{device}",
+        head,
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['case']:<26}{r['engine']:<7} failed: {r['error']}")
+            continue
+        lines.append(
+            f"{r['case']:<26}{r['engine']:<7}{r['total_s']:>8.2f}{r['ms_per_step']:>9.3f}"
+            f"{r['decode_fwd_ms']:>8.3f}{r['floor_ms']:>7.2f}{r['floor_share']:>7.1%}"
+            f"{r['gpu_idle']:>7.2%}"
+            + "".join(f"{r['host_us'][p]:>8.0f}" for p in PHASES)
+            + f"{r['max_gap_ms']:>8.2f}{r['host_stalls'] or 0:>7}"
+        )
+    for a in anchors:
+        if "error" in a:
+            lines.append(f"{a['case']:<26}{'hf cb':<7} failed: {a['error']}")
+        else:
+            lines.append(
+                f"{a['case']:<26}{'hf cb':<7}{a['wall_s']:>8.2f}{a['ms_per_step']:>9.3f}"
+                "   (transformers generate_batch, paged|sdpa, sync, CUDA graphs)"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", default=DEFAULT_CASES)
+    p.add_argument("--engines", default="sync,async")
+    p.add_argument("--anchor", default="llama3_8b:32:256:64")
+    p.add_argument("--copy-tbps", type=float, default=COPY_TBPS)
+    p.add_argument("--deadline-s", type=float, default=1e9, help="start no case after this")
+    p.add_argument("--set", action="append", default=[], help="one more override (repeatable)")
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    import torch
+
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+    for spec in a.cases.split(","):
+        for engine in a.engines.split(","):
+            if time.perf_counter() - t0 > a.deadline_s:
+                rows.append({"case": spec, "engine": engine, "error": "skipped: deadline"})
+                continue
+            try:
+                rows.append(measure(spec, engine, a.copy_tbps, a.set))
+            except Exception as exc:  # keep the other cases
+                rows.append({"case": spec, "engine": engine, "error": repr(exc)[:300]})
+            print(json.dumps(rows[-1], default=str), flush=True)
+    anchors = []
+    if a.anchor != "none" and time.perf_counter() - t0 < a.deadline_s:
         try:
-            getattr(bench, name)()
-        except Exception as e:
-            bench.record(section=name, error=repr(e)[:500])
-            bench.log(f"{name}: FAILED {e!r:.500}")
-            traceback.print_exc()
-    bench.table()
-    bench.log("done")
+            anchors.append(anchor(a.anchor))
+        except Exception as exc:
+            anchors.append({"case": a.anchor, "error": repr(exc)[:300]})
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    text = table(rows, anchors, a.copy_tbps, device)
+    print("\n" + text, flush=True)
+    if a.out:
+        Path(a.out).write_text(
+            json.dumps({"argv": sys.argv, "rows": rows, "anchors": anchors}, indent=2, default=str)
+        )
 
 
 if __name__ == "__main__":
+    np.seterr(all="ignore")
     main()

@@ -43,7 +43,7 @@ class BenchBase:
         self.t0 = time.perf_counter()
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.jsonl = open(self.out / "bench_decode.jsonl", "a")
+        self.jsonl = open(self.out / "bench_kernels.jsonl", "a")
         self.rows: list[dict] = []
         self.cuda = torch.cuda.is_available() and not args.small
         self.device = torch.device("cuda" if self.cuda else "cpu")
@@ -135,5 +135,5 @@ class BenchBase:
                     f"| {r['floor_ms']:.2f} | {r['pct_floor']:.1f} |"
                 )
         text = "\n".join(lines)
-        (self.out / "bench_decode_table.md").write_text(text + "\n")
+        (self.out / "bench_kernels_table.md").write_text(text + "\n")
         print("\n" + text, flush=True)

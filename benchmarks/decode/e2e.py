@@ -20,12 +20,12 @@ class E2ESection:
         if not self.cuda:
             self.log("e2e: skipped (needs CUDA)")
             return
+        from cbsim.runtime.engine import execute
+        from cbsim.runtime.model import build_model
         from hydra import compose, initialize_config_module
 
         from cbsim.config.store import load_config, register_configs
         from cbsim.metrics import compute_metrics
-        from cbsim.runtime.engine import execute
-        from cbsim.runtime.model import build_model
 
         register_configs()
         model = None

@@ -53,9 +53,8 @@ def gemm_times() -> dict:
 
 
 def step_kernels(out_dir: Path) -> dict:
-    from torch.profiler import ProfilerActivity, profile
-
     from cbsim.runtime.engine import execute
+    from torch.profiler import ProfilerActivity, profile
 
     over = [
         "mode=runtime",

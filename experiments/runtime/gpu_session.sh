@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
-# One recording session on the H200 (h200_run7, run8): GPU tests, the six cross-shape cases,
-# kernels per step kind (experiments/runtime/README.md).
-#   bash experiments/runtime/gpu_session.sh         (repo root, wheels in .whl; OUT set by the device)
+# One device call's share of the fidelity recordings (experiments/runtime/README.md), through the
+# CLI's code path (cbsim.runtime.run): the reference workload, then the cases of PART
+# (experiments/runtime/cases.py: 8b, 3b, 1b, long), both engines each; the host-speed
+# measurement of this call; everything into $OUT/rec_PART.tgz.
+#   bash experiments/runtime/gpu_session.sh PART      (repo root, wheels in .whl; OUT set by the device)
+# Env: TESTS=1 also runs the GPU tests first; DEADLINE_S (default 200): no case starts after it.
 set -o pipefail
 export PYTHONUNBUFFERED=1
+PART=${1:?usage: gpu_session.sh PART (8b, 3b, 1b or long)}
+OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null &&
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . 2>/dev/null &&
   export PYTHONPATH=/tmp/site || exit 1
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc
-  lscpu | grep -E "Model name|MHz"; } > "$OUT/hardware.txt" 2>&1
-echo "== gpu tests"
-timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_runtime_gpu.py -rA -s \
-  > "$OUT/gpu_tests.log" 2>&1; tail -3 "$OUT/gpu_tests.log"; grep "launched ahead" "$OUT/gpu_tests.log"
-echo "== record"
-timeout 290 python3 experiments/runtime/record.py /tmp/rec seed_1024 small_batch long_prompt \
-  batch_16_2048 batch_64 continuous > "$OUT/record.log" 2>&1
-grep -E "speedup|FAILED|Error" "$OUT/record.log"
-tar czf "$OUT/rec.tgz" -C /tmp rec
-echo "== diag"
-timeout 90 python3 experiments/runtime/diag_launch.py /tmp/diag --prefill --kernels > "$OUT/diag.log" 2>&1
-grep -E "^\[prefill\] traced|FAILED" "$OUT/diag.log"; grep -A8 "per forward by kind" "$OUT/diag.log"
-tar czf "$OUT/diag.tgz" -C /tmp diag
+  lscpu | grep -E "Model name|MHz"
+  python3 -c "import torch, transformers, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'triton', triton.__version__)"
+} > "$OUT/hardware.txt" 2>&1
+echo "== host speed: python3 benchmarks/bench_scheduler.py"
+timeout 30 python3 benchmarks/bench_scheduler.py > "$OUT/host_speed.log" 2>&1; tail -6 "$OUT/host_speed.log"
+if [ "${TESTS:-0}" != 0 ]; then
+  echo "== gpu tests"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_runtime_gpu.py -rA -s \
+    > "$OUT/gpu_tests.log" 2>&1; tail -3 "$OUT/gpu_tests.log"
+fi
+echo "== record: python3 experiments/runtime/record.py /tmp/rec_$PART --part=$PART"
+timeout "${RECORD_TIMEOUT:-260}" python3 experiments/runtime/record.py "/tmp/rec_$PART" \
+  "--part=$PART" "--deadline-s=${DEADLINE_S:-200}" > "$OUT/record_$PART.log" 2>&1
+grep -E "speedup|FAILED|skipped|Error" "$OUT/record_$PART.log"
+cp "$OUT/host_speed.log" "$OUT/hardware.txt" "/tmp/rec_$PART/" 2>/dev/null
+tar czf "$OUT/rec_$PART.tgz" -C /tmp "rec_$PART"

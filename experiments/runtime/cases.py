@@ -1,0 +1,107 @@
+"""The recorded workloads: named cases (config overrides) and the fidelity matrix in parts.
+
+A case is a list of Hydra overrides on top of `mode=runtime`; record.py runs each with both
+engines. The matrix covers three model shapes (llama3_1b, llama3_3b, llama3_8b; random
+weights), batch 1 to 256, prompts 128 to 8192, 256 to 4096 new tokens, offline and Poisson
+arrivals; each part fits one device call of about four minutes (the estimate beside each case is
+the pair of runs, sync + async, set-up included, on the H200), and every part also records
+REFERENCE, the same workload in every call, for the spread between calls.
+"""
+
+from __future__ import annotations
+
+
+def shape(model: str, batch: int, prompt: int, gen: int, *extra: str) -> list[str]:
+    return [
+        f"model={model}",
+        f"workload.batch_size={batch}",
+        f"workload.prompt_len={prompt}",
+        f"workload.gen_len={gen}",
+        *extra,
+    ]
+
+
+def poisson(model: str, seats: int, requests: int, rate: float, prompt: int, gen: int) -> list:
+    """Online arrivals: lognormal prompts, uniform generation lengths, chunked prefill."""
+    return shape(
+        model,
+        seats,
+        prompt,
+        gen,
+        f"workload.num_requests={requests}",
+        "workload.arrival=poisson",
+        f"workload.rate={rate}",
+        "workload.prompt_dist=lognormal",
+        "workload.prompt_spread=0.5",
+        "workload.gen_dist=uniform",
+        "workload.gen_spread=0.5",
+        "workload.max_batch_tokens=2048",
+    )
+
+
+SEED = shape("llama3_8b", 32, 256, 1024)
+CASES: dict[str, list[str]] = {
+    "seed_1024": SEED,  # the brief's shape at 1024 new tokens
+    "seed_8192": shape("llama3_8b", 32, 256, 8192),  # the brief's full workload
+    "small_batch": shape("llama3_8b", 4, 256, 1024),
+    "long_prompt": shape("llama3_8b", 8, 8192, 256, "workload.max_batch_tokens=8192"),
+    "batch_16_2048": shape("llama3_8b", 16, 512, 2048),
+    "batch_64": shape("llama3_8b", 64, 256, 1024),
+    # continuous batching proper: three waves through 32 seats, prefill chunks mixed in
+    "continuous": shape(
+        "llama3_8b",
+        32,
+        512,
+        512,
+        "workload.num_requests=96",
+        "workload.prompt_dist=lognormal",
+        "workload.prompt_spread=0.5",
+        "workload.gen_dist=uniform",
+        "workload.gen_spread=0.5",
+        "workload.max_batch_tokens=2048",
+    ),
+    "seed_512": shape("llama3_8b", 32, 256, 512),  # the tracing-overhead measurement
+    "tiny": shape("tiny", 8, 32, 64),  # a smoke test of the recorder itself
+}
+
+REFERENCE = "ref_8b_16x512+256"
+# part -> case -> (overrides, estimated seconds for the pair on the H200)
+MATRIX: dict[str, dict[str, tuple[list[str], float]]] = {
+    "8b": {
+        "8b_1x128+1024": (shape("llama3_8b", 1, 128, 1024), 22),
+        "8b_32x256+1024": (SEED, 25),
+        "8b_128x1024+256": (shape("llama3_8b", 128, 1024, 256), 18),
+        "8b_256x128+256": (shape("llama3_8b", 256, 128, 256), 18),
+        "8b_8x8192+256": (shape("llama3_8b", 8, 8192, 256, "workload.max_batch_tokens=8192"), 20),
+        "8b_poisson_32": (poisson("llama3_8b", 32, 64, 16.0, 512, 256), 24),
+    },
+    "3b": {
+        "3b_4x256+1024": (shape("llama3_3b", 4, 256, 1024), 16),
+        "3b_64x512+512": (shape("llama3_3b", 64, 512, 512), 14),
+        "3b_256x256+256": (shape("llama3_3b", 256, 256, 256), 12),
+        "3b_16x4096+512": (shape("llama3_3b", 16, 4096, 512, "workload.max_batch_tokens=8192"), 16),
+        "3b_1x2048+2048": (shape("llama3_3b", 1, 2048, 2048), 20),
+        "3b_poisson_64": (poisson("llama3_3b", 64, 128, 40.0, 512, 256), 20),
+    },
+    "1b": {
+        "1b_1x128+2048": (shape("llama3_1b", 1, 128, 2048), 18),
+        "1b_32x256+2048": (shape("llama3_1b", 32, 256, 2048), 18),
+        "1b_128x256+512": (shape("llama3_1b", 128, 256, 512), 10),
+        "1b_256x1024+256": (shape("llama3_1b", 256, 1024, 256), 10),
+        "1b_8x8192+1024": (shape("llama3_1b", 8, 8192, 1024, "workload.max_batch_tokens=8192"), 14),
+        "1b_poisson_128": (poisson("llama3_1b", 128, 256, 80.0, 512, 256), 16),
+    },
+    "long": {
+        "8b_16x256+4096": (shape("llama3_8b", 16, 256, 4096), 60),
+        "3b_32x128+4096": (shape("llama3_3b", 32, 128, 4096), 45),
+        "1b_64x512+4096": (shape("llama3_1b", 64, 512, 4096), 35),
+    },
+}
+REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
+
+
+def part_cases(part: str) -> dict[str, list[str]]:
+    """The reference workload first, then the part's cases."""
+    if part not in MATRIX:
+        raise SystemExit(f"unknown part {part!r}; allowed: {', '.join(MATRIX)}")
+    return {REFERENCE: REFERENCE_CASE[0], **{k: v[0] for k, v in MATRIX[part].items()}}
