@@ -1,8 +1,9 @@
-"""The Hydra entry point: compose and validate the config, run the task, write the outputs."""
+"""The entry point (python -m cbsim, cbsim): compose and check the config, run the task in a
+locked run directory, write the outputs, and end with a one-line message on bad input or an
+interrupt instead of a traceback."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -11,20 +12,33 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from cbsim import __version__
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.errors import describe_hydra_error
 from cbsim.config.store import load_config, register_configs
+from cbsim.interrupts import exit_code, interrupts_raise, signal_name
 from cbsim.metrics import compare_metrics, compute_metrics, format_table
+from cbsim.rundir import (
+    JOB_CONFIG_FILE,
+    METRICS_FILE,
+    REPORT_FILE,
+    RunDirError,
+    RunLock,
+    atomic_write_json,
+    clear_run_outputs,
+    finished_metrics,
+    trace_name,
+    write_finished,
+)
 from cbsim.trace import Trace, write_trace
 
 log = logging.getLogger("cbsim")
 register_configs()
-
-METRICS_FILE = "metrics.json"
-# written with metrics.json, last: a job directory holding both finished; a sweep run again
-# over the same directory skips it (and redoes a job that stopped half-way)
-JOB_CONFIG_FILE = "job_config.json"
 
 
 def engines_of(config: CbsimConfig) -> list[str]:
@@ -50,61 +64,54 @@ def _backend(config: CbsimConfig):
     return run
 
 
-def trace_name(engine: str, single: bool, gzip: bool) -> str:
-    return ("trace.json" if single else f"trace_{engine}.json") + (".gz" if gzip else "")
+def device_fit(trace: Trace, config: CbsimConfig) -> dict[str, Any]:
+    """Whether the run fits the device (weights + KV cache + IO buffers + graph pool)."""
+    memory = trace.other_data.get("memory") or {}
+    return {
+        "fits_device": memory.get("fits_device"),
+        "device_bytes_needed": memory.get("device_bytes_needed"),
+        "device_bytes_available": config.hardware.memory_bytes,
+    }
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
-
-
-def finished_result(run_dir: Path, job_config: dict[str, Any]) -> dict[str, Any] | None:
-    """The metrics of a job already finished in this directory with this very config."""
-    metrics, stored = run_dir / METRICS_FILE, run_dir / JOB_CONFIG_FILE
-    if not (metrics.is_file() and stored.is_file()):
-        return None
+def _run_one(config: CbsimConfig, engine: str, single: bool, run_dir: Path, backend) -> Trace:
+    """One engine's trace; an interrupt writes the trace so far as *_partial and goes on up."""
+    log.debug("running %s engine in %s mode", engine, config.mode.name)
     try:
-        if json.loads(stored.read_text()) != job_config:
-            return None
-        return json.loads(metrics.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+        return backend(config, engine)
+    except KeyboardInterrupt as exc:
+        partial = getattr(exc, "partial_trace", None)
+        if partial is not None:
+            name = trace_name(engine, single, bool(config.output.trace_gzip), partial=True)
+            exc.cbsim_partial = write_trace(partial, run_dir / name)  # type: ignore[attr-defined]
+        raise
 
 
 def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Run each engine, write its trace, and return the metrics object written to metrics.json."""
+    """Run each engine, write what config.output asks, and return the metrics object."""
     backend = _backend(config)
     engines = engines_of(config)
+    out = config.output
     runs: dict[str, tuple[Trace, dict[str, Any]]] = {}
     for engine in engines:
-        log.info("running %s engine in %s mode", engine, config.mode.name)
-        try:
-            trace = backend(config, engine)
-        except KeyboardInterrupt as exc:
-            partial = getattr(exc, "partial_trace", None)
-            if partial is not None:
-                path = run_dir / trace_name(engine + "_partial", False, config.output.trace_gzip)
-                write_trace(partial, path)
-                log.warning("interrupted: the trace so far is in %s", path)
-            raise
+        trace = _run_one(config, engine, len(engines) == 1, run_dir, backend)
         trace.other_data.setdefault("config", resolved)
-        path = write_trace(
-            trace, run_dir / trace_name(engine, len(engines) == 1, config.output.trace_gzip)
-        )
-        log.info("trace: %s", path)
-        runs[engine] = (trace, compute_metrics(trace))
+        if out.trace:
+            name = trace_name(engine, len(engines) == 1, bool(out.trace_gzip))
+            log.debug("trace: %s", write_trace(trace, run_dir / name))
+        runs[engine] = (trace, {**compute_metrics(trace), **device_fit(trace, config)})
     if len(engines) == 1:
         metrics: dict[str, Any] = {"engine": engines[0], **runs[engines[0]][1]}
     else:
         metrics = {e: m for e, (_, m) in runs.items()}
         metrics["comparison"] = compare_metrics(runs["sync"][1], runs["async"][1])
-    if config.output.report:
+        fits = [m["fits_device"] for _, m in runs.values()]
+        metrics["fits_device"] = None if None in fits else all(fits)
+    if out.report:
         from cbsim.report import write_run_report
 
-        write_run_report(runs, config, run_dir / "report.html")
-    if config.output.print_table:
+        write_run_report(runs, config, run_dir / REPORT_FILE)
+    if out.print_table:
         print(format_table({e: m for e, (_, m) in runs.items()}))
         if "comparison" in metrics:
             c = metrics["comparison"]
@@ -118,33 +125,93 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
 def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if config.task == "run":
         return run_engines(config, resolved, run_dir)
+    if config.task == "profile_kernels":
+        return profile_kernels(config, run_dir)
     from cbsim.validation.tasks import run_validation_task
 
     return run_validation_task(config, resolved, run_dir)
 
 
-@hydra.main(version_base="1.3", config_path="pkg://cbsim.conf", config_name="config")
-def main(cfg: DictConfig) -> dict[str, Any] | None:
+def profile_kernels(config: CbsimConfig, run_dir: Path) -> dict[str, Any]:
+    """Time the model's kernels on the GPU into a kernel table (runtime/profile_kernels.py)."""
+    if config.mode.name != "runtime":
+        raise ConfigError("task=profile_kernels times kernels on the GPU; allowed: mode=runtime")
     try:
-        config = load_config(cfg)
-    except ConfigError as exc:
-        print(f"cbsim: config error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    done = finished_result(run_dir, resolved)
-    if done is not None:
-        log.info("already finished in %s: skipped (resume)", run_dir)
-        return done
-    # a run of another config (or a half-written one) may have left its markers here: this
-    # run replaces them, and until it finishes the directory must not read as finished
-    for stale in (JOB_CONFIG_FILE, METRICS_FILE):
-        (run_dir / stale).unlink(missing_ok=True)
-    try:
-        metrics = run_task(config, resolved, run_dir)
-    except ConfigError as exc:
-        print(f"cbsim: config error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    _write_json_atomic(run_dir / METRICS_FILE, metrics)
-    _write_json_atomic(run_dir / JOB_CONFIG_FILE, resolved)
+        from cbsim.runtime.profile_kernels import run_profile
+    except ImportError as exc:
+        raise ConfigError(f"task=profile_kernels needs the runtime extra (torch): {exc}") from None
+    return run_profile(config, run_dir, " ".join(["python -m cbsim", *sys.argv[1:]]))
+
+
+def _outputs(run_dir: Path) -> set[str]:
+    """The run directory's own files (not Hydra's .hydra/ and job log, not the lock)."""
+    return {
+        p.name
+        for p in run_dir.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix != ".log"
+    }
+
+
+def run_in(run_dir: Path, config: CbsimConfig, resolved: dict[str, Any]) -> dict[str, Any]:
+    """Run the task in ``run_dir`` under its lock: skip it when a verified run of this very
+    config is there, else clear an earlier run's files, run, and write the marker last."""
+    with RunLock(run_dir):
+        done = finished_metrics(run_dir, resolved)
+        if done is not None:
+            log.info("already finished in %s: skipped (resume)", run_dir)
+            return done
+        clear_run_outputs(run_dir)
+        before = _outputs(run_dir)
+        with interrupts_raise():
+            metrics = run_task(config, resolved, run_dir)
+        atomic_write_json(run_dir / METRICS_FILE, metrics)
+        atomic_write_json(run_dir / JOB_CONFIG_FILE, resolved)
+        write_finished(run_dir, resolved, _outputs(run_dir) - before | {METRICS_FILE})
     return metrics
+
+
+@hydra.main(version_base="1.3", config_path="pkg://cbsim.conf", config_name="config")
+def hydra_job(cfg: DictConfig) -> dict[str, Any] | None:
+    """One job: a single run, or one job of a sweep (its config already checked up front)."""
+    hydra_cfg = HydraConfig.get()
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    config = load_config(cfg)
+    config.output = config.output.decided(in_sweep)
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    metrics = run_in(run_dir, config, OmegaConf.to_container(cfg, resolve=True))
+    if not in_sweep:
+        report = run_dir / REPORT_FILE
+        print(f"cbsim: {'report' if report.is_file() else 'metrics'}: ", end="")
+        print(report if report.is_file() else run_dir / METRICS_FILE)
+    return metrics
+
+
+def _fail(message: str, code: int) -> int:
+    print(message.replace("\n", " "), file=sys.stderr)
+    return code
+
+
+def main() -> int | None:
+    """The command line: ``--version``, else Hydra (errors as one line, exit 2; an interrupt
+    as one line, exit 130 for SIGINT and 143 for SIGTERM)."""
+    if "--version" in sys.argv[1:]:
+        print(f"cbsim {__version__}")
+        return 0
+    # Hydra raises instead of printing its own report, so the message below is the only one
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    try:
+        hydra_job()
+    except ConfigError as exc:
+        sys.exit(_fail(f"cbsim: config error: {exc}", 2))
+    except (HydraException, OmegaConfBaseException) as exc:
+        message = describe_hydra_error(exc)
+        if message is None:
+            raise
+        sys.exit(_fail(f"cbsim: config error: {message}", 2))
+    except RunDirError as exc:
+        sys.exit(_fail(f"cbsim: {exc}", 2))
+    except KeyboardInterrupt as exc:
+        partial = getattr(exc, "cbsim_partial", None)
+        kept = f"the trace so far is in {partial} (incomplete)" if partial else "no trace kept"
+        sys.exit(_fail(f"cbsim: interrupted by {signal_name()}: {kept}; not finished", exit_code()))
+    return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -44,6 +45,10 @@ RUN_OUTPUT_GLOBS = (
 )
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 class RunDirError(RuntimeError):
     """A run directory that cannot be used as asked; the message names it and why."""
 
@@ -67,6 +72,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # as open() would create it (mkstemp makes it private)
     try:
         with os.fdopen(fd, mode) as f:
             yield f
@@ -116,14 +122,22 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def config_digest(config: Any) -> str:
+    """sha256 of the config as canonical JSON: the same config, the same digest."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def write_finished(run_dir: Path, config: Any, files: Iterable[str]) -> Path:
-    """The marker, written last: the run's resolved config and its files' sizes and sha256."""
+    """The marker, written last: the digest of the run's resolved config and every file the
+    run wrote with its size and sha256."""
     run_dir = Path(run_dir)
     listed = {
         name: {"bytes": (run_dir / name).stat().st_size, "sha256": file_digest(run_dir / name)}
         for name in sorted(set(files))
     }
-    return atomic_write_json(run_dir / FINISHED_FILE, {"config": config, "files": listed})
+    marker = {"config_sha256": config_digest(config), "files": listed}
+    return atomic_write_json(run_dir / FINISHED_FILE, marker)
 
 
 def read_finished(run_dir: Path, config: Any = None, verify: bool = True) -> dict[str, Any] | None:
@@ -136,7 +150,7 @@ def read_finished(run_dir: Path, config: Any = None, verify: bool = True) -> dic
     try:
         marker = json.loads((run_dir / FINISHED_FILE).read_text())
         files = marker["files"]
-        if config is not None and marker["config"] != config:
+        if config is not None and marker["config_sha256"] != config_digest(config):
             return None
         for name, meta in files.items():
             path = run_dir / name
@@ -167,11 +181,14 @@ def finished_metrics(run_dir: Path, config: Any = None, verify: bool = True) -> 
 
 
 def clear_run_outputs(run_dir: Path) -> list[str]:
-    """Remove what an earlier run left here (marker first, so nothing reads as finished
-    meanwhile); returns the names removed."""
+    """Remove what an earlier run left here: cbsim's outputs and every file its marker names
+    (the marker first, so nothing reads as finished meanwhile); returns the names removed."""
     run_dir = Path(run_dir)
+    marker = read_json(run_dir / FINISHED_FILE)
+    listed = marker.get("files") if isinstance(marker, dict) else None
+    named = [glob.escape(n) for n in listed if "/" not in n] if isinstance(listed, dict) else []
     removed = []
-    for pattern in RUN_OUTPUT_GLOBS:
+    for pattern in (*RUN_OUTPUT_GLOBS, *named):
         for path in sorted(run_dir.glob(pattern)):
             if path.is_file():
                 path.unlink()

@@ -14,6 +14,7 @@ from conftest import run_cli
 from synthetic_trace import cost_model, loop_trace
 
 from cbsim.metrics import compare_metrics, compute_metrics
+from cbsim.rundir import write_finished
 from cbsim.sweep import collect_jobs, comparison_frame, write_summary
 from cbsim.sweep.__main__ import main as sweep_main
 from cbsim.sweep.report import crossovers, pick_axes
@@ -52,6 +53,7 @@ def make_sweep(
         ov = dict(o.split("=", 1) for o in overrides)
         m = fake_metrics(ov["engine"], int(ov["workload.batch_size"]), int(ov["workload.gen_len"]))
         (job / "metrics.json").write_text(json.dumps(m))
+        write_finished(job, {"job": num}, ["metrics.json"])
     return root
 
 
@@ -142,24 +144,35 @@ def test_flatten_and_axes_and_crossovers():
     assert crossovers([1, 8], [math.nan, 1.0], 1.05) == []
 
 
-def test_callback_speaks_only_in_sweeps(tmp_path, caplog):
+def test_a_sweep_directory_holds_one_sweep(tmp_path, capsys):
+    from cbsim.sweep.callback import claim_sweep_dir
+
+    claim_sweep_dir(tmp_path, ["engine=sync,async", "workload.batch_size=1,8"], 4)
+    claim_sweep_dir(tmp_path, ["engine=sync,async", "workload.batch_size=1,8"], 4)  # resume
+    with pytest.raises(SystemExit) as exit_:
+        claim_sweep_dir(tmp_path, ["engine=sync,async", "workload.batch_size=8"], 2)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cbsim: config error: hydra.sweep.dir=")
+    assert "only in it: workload.batch_size=1,8" in err
+    assert "only in this one: workload.batch_size=8" in err
+
+
+def test_job_hooks_move_the_bar_only_in_sweeps(tmp_path):
     from omegaconf import OmegaConf
 
-    from cbsim.sweep import SweepSummary
+    from cbsim.sweep import SweepSummary, progress
 
     cb = SweepSummary()
-    hydra = {
-        "job": {"num": 2},
-        "overrides": {"task": ["engine=sync"]},
-        "sweep": {"dir": str(tmp_path)},
-    }
-    with caplog.at_level("INFO", logger="cbsim.sweep"):
-        cb.on_job_start(OmegaConf.create({"hydra": {**hydra, "mode": "RUN"}}))
-        assert not caplog.records  # a single run says nothing about sweeps
-        multirun = OmegaConf.create({"hydra": {**hydra, "mode": "MULTIRUN"}})
-        (tmp_path / ".cbsim_sweep.json").write_text('{"total": 8}')
-        cb.on_job_start(multirun)
-    assert "job 3/8 started: engine=sync" in caplog.text
+    hydra = {"job": {"num": 2}, "overrides": {"task": []}, "sweep": {"dir": str(tmp_path)}}
+    progress.open_bar(3)
+    try:
+        cb.on_job_end(OmegaConf.create({"hydra": {**hydra, "mode": "RUN"}}), None)
+        assert progress._bar.n == 0  # a single run is no job of a sweep
+        cb.on_job_end(OmegaConf.create({"hydra": {**hydra, "mode": "MULTIRUN"}}), None)
+        assert progress._bar.n == 1
+    finally:
+        progress.close_bar()
 
 
 def test_rebuild_from_the_command_line(tmp_path, capsys):
@@ -191,8 +204,11 @@ def _multirun(sweep: Path, tmp_path: Path, *extra: str, jobs: list[str] = SMALL)
 @pytest.mark.slow
 def test_interrupted_sweep_resumes_and_summarises_every_job(tmp_path):
     sweep = tmp_path / "sweep"
-    log = _multirun(sweep, tmp_path, "output.report=false")
-    assert "job 1/4 started" in log and "4/4 jobs finished" in log
+    log = _multirun(sweep, tmp_path)
+    assert "sweep: 4 jobs into" in log and "4/4 [" in log and "4/4 jobs finished" in log
+    job_files = sorted(p.name for p in (sweep / "0").iterdir() if not p.name.startswith("."))
+    assert job_files == ["cbsim.log", "finished.json", "job_config.json", "metrics.json"]
+    assert "speedup x" not in log, "no metrics table per job in a sweep's log"
     first = pd.read_csv(sweep / "summary.csv")
     assert (first["status"] == FINISHED).all() and len(first) == 4
     kept = (sweep / "0" / "metrics.json").read_text()
@@ -202,9 +218,9 @@ def test_interrupted_sweep_resumes_and_summarises_every_job(tmp_path):
     assert [j.status for j in interrupted.jobs].count(NOT_FINISHED) == 1
     assert len(comparison_frame(interrupted.jobs)) == 1
 
-    log = _multirun(sweep, tmp_path, "output.report=false")
+    log = _multirun(sweep, tmp_path)
     assert log.count("skipped (resume)") == 3
-    assert "3 job dirs hold metrics.json" in log
+    assert "(3 already finished there: skipped)" in log
     assert (sweep / "0" / "metrics.json").read_text() == kept
     again = pd.read_csv(sweep / "summary.csv")
     assert (again["status"] == FINISHED).all() and len(again) == 4
@@ -227,6 +243,8 @@ def test_launchers_run_the_sweep_and_the_summary(tmp_path, launcher):
     sweep = tmp_path / "sweep"
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "parallel" else []
     pair = ["engine=sync,async", "workload.batch_size=4", "workload.gen_len=16"]
+    # a job's report only when asked (a sweep's jobs write metrics.json by default)
+    extra.append("output.report=true")
     log = _multirun(sweep, tmp_path, f"hydra/launcher={launcher}", *extra, jobs=pair)
     assert "2/2 jobs finished" in log
     summary = pd.read_csv(sweep / "summary.csv")

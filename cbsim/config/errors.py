@@ -1,8 +1,19 @@
-"""Config errors that name the key and what is allowed."""
+"""Config errors that name the key and what is allowed, all in one form:
+``<key>=<value> <what is wrong>; allowed: <what is>``."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Iterable
+
+from hydra.errors import InstantiationException, MissingConfigException, OverrideParseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
 
 class ConfigError(ValueError):
@@ -13,15 +24,54 @@ def check_choice(key: str, value: object, allowed: Iterable[object]) -> None:
     allowed = tuple(allowed)
     if value not in allowed:
         raise ConfigError(
-            f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}"
+            f"{key}={value} is not an option; allowed: {', '.join(map(str, allowed))}"
         )
 
 
 def check_positive(key: str, value: float) -> None:
     if not value > 0:
-        raise ConfigError(f"{key}={value} must be > 0")
+        raise ConfigError(f"{key}={value} is out of range; allowed: > 0")
 
 
 def check_range(key: str, value: float, low: float, high: float) -> None:
     if not low <= value <= high:
         raise ConfigError(f"{key}={value} is out of range; allowed: {low} to {high}")
+
+
+def describe_hydra_error(exc: BaseException) -> str | None:
+    """Hydra's and OmegaConf's composition errors (a wrong type, an unknown key or option, a
+    bad override) as one line naming the key; None for anything that is not about the config."""
+    if isinstance(exc, InstantiationException):  # a launcher or callback that failed to start
+        return None
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file:
+        group, _, option = str(exc.missing_cfg_file).rpartition("/")
+        options = [o for o in exc.options or [] if not o.endswith("_schema")]
+        if group and options:
+            return f"{group}={option} is not an option; allowed: {', '.join(options)}"
+    if isinstance(exc, OverrideParseException):
+        first = str(exc.message).splitlines()[0]
+        return f"{exc.override} cannot be read ({first}); allowed: key=value, see --help"
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        described = _describe_key_error(cause, str(exc))
+        if described:
+            return described
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return "; ".join(dict.fromkeys(lines)) or None
+
+
+def _describe_key_error(cause: OmegaConfBaseException, outer: str) -> str | None:
+    """An unknown key (the keys allowed there listed) or a value of the wrong type."""
+    key, schema = str(cause.full_key), getattr(cause, "object_type", None)
+    known = dataclasses.is_dataclass(schema)
+    leaf = key.rsplit(".", 1)[-1]
+    first = str(cause).splitlines()[0].strip()
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
+        allowed = ", ".join(sorted(f.name for f in dataclasses.fields(schema))) if known else "?"
+        return f"{key} is not a key here; allowed keys: {allowed}"
+    if isinstance(cause, ValidationError):
+        given = outer.split("override ", 1)[-1].strip() if "override " in outer else key
+        wanted = typing.get_type_hints(schema).get(leaf) if known else None
+        name = getattr(wanted, "__name__", None) or str(wanted or "the key's type")
+        return f"{given} has the wrong type ({first}); allowed: a value of type {name}"
+    return None

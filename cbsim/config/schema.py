@@ -18,9 +18,10 @@ from cbsim.config.hardware import GpuCosts as GpuCosts
 from cbsim.config.hardware import HardwareConfig
 from cbsim.config.hardware import HostCosts as HostCosts
 from cbsim.config.hardware import PhaseCost as PhaseCost
+from cbsim.config.ranges import POSITIVE
 
 MODES = ("sim", "runtime")
-TASKS = ("run", "calibrate", "validate")
+TASKS = ("run", "calibrate", "validate", "profile_kernels")
 ENGINES = ("sync", "async", "compare")
 DTYPES = ("bfloat16", "float16", "float32")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")
@@ -72,14 +73,14 @@ class ModelConfig:
     head_dim: int = 128
     vocab_size: int = 128256
     max_position_embeddings: int = 131072
-    rope_theta: float = 500000.0
-    rms_norm_eps: float = 1e-5
+    rope_theta: float = field(default=500000.0, metadata=POSITIVE)
+    rms_norm_eps: float = field(default=1e-5, metadata=POSITIVE)
     tie_word_embeddings: bool = False
     dtype: str = "bfloat16"
     # runtime: a local checkpoint directory (config.json + safetensors); None = seeded random weights
     path: str | None = None
     # runtime: std of the random init; small enough that 32+ layers keep activations finite
-    init_std: float = 0.02
+    init_std: float = field(default=0.02, metadata=POSITIVE)
 
     def __post_init__(self) -> None:
         for key in (
@@ -96,8 +97,8 @@ class ModelConfig:
         check_choice("model.dtype", self.dtype, DTYPES)
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
-                f"model.num_heads={self.num_heads} must be a multiple of "
-                f"model.num_kv_heads={self.num_kv_heads} (grouped-query attention)"
+                f"model.num_kv_heads={self.num_kv_heads} does not divide model.num_heads="
+                f"{self.num_heads}; allowed: a divisor of it (grouped-query attention)"
             )
         check_positive("model.init_std", self.init_std)
 
@@ -160,8 +161,8 @@ class EngineConfig:
             )
         if not self.graph_batch_sizes or any(b <= 0 for b in self.graph_batch_sizes):
             raise ConfigError(
-                f"engine.graph_batch_sizes={list(self.graph_batch_sizes)} must be a non-empty "
-                "list of positive batch sizes"
+                f"engine.graph_batch_sizes={list(self.graph_batch_sizes)} is empty or not "
+                "positive; allowed: a non-empty list of positive batch sizes"
             )
 
 
@@ -212,11 +213,19 @@ class WorkloadConfig:
             spread = getattr(self, f"{which}_spread")
             if spread < 0 or (getattr(self, f"{which}_dist") == "uniform" and spread >= 1):
                 raise ConfigError(
-                    f"workload.{which}_spread={spread} must be >= 0 (and < 1 for uniform)"
+                    f"workload.{which}_spread={spread} is out of range; allowed: >= 0 "
+                    "(and < 1 for uniform)"
                 )
-            if getattr(self, f"{which}_dist") == "file" and not getattr(self, f"{which}_file"):
+            dist, path = getattr(self, f"{which}_dist"), getattr(self, f"{which}_file")
+            if dist == "file" and not path:
                 raise ConfigError(
-                    f"workload.{which}_dist=file needs workload.{which}_file (a file of lengths)"
+                    f"workload.{which}_dist=file names no file; allowed: workload.{which}_file="
+                    "PATH (a file of lengths, one integer a line)"
+                )
+            if dist != "file" and path:
+                raise ConfigError(
+                    f"workload.{which}_file={path} is set but workload.{which}_dist={dist} "
+                    f"ignores it; allowed: workload.{which}_dist=file, or no {which}_file"
                 )
         if self.arrival == "poisson":
             check_positive("workload.rate", self.rate)
@@ -227,7 +236,8 @@ class WorkloadConfig:
         if self.max_batch_tokens < self.batch_size:
             raise ConfigError(
                 f"workload.max_batch_tokens={self.max_batch_tokens} is below "
-                f"workload.batch_size={self.batch_size}: a full decode batch would not fit"
+                f"workload.batch_size={self.batch_size} (a full decode batch would not fit); "
+                "allowed: max_batch_tokens >= batch_size"
             )
         if not self.chunked_prefill and self.prompt_len > self.max_batch_tokens:
             raise ConfigError(
@@ -243,13 +253,33 @@ class WorkloadConfig:
 
 @dataclass
 class OutputConfig:
-    """What every run writes into its Hydra run directory."""
+    """What a run writes into its Hydra run directory besides metrics.json and job_config.json.
 
-    # gzip the trace (trace.json.gz) — the seed workload's full trace is tens of MB as text
-    trace_gzip: bool = False
-    report: bool = True
+    None: decided by the kind of run. A single run writes its trace (plain JSON), its report and
+    prints its table; a sweep's job writes none of them (metrics.json holds every number the
+    sweep's summary needs, and 200 jobs of 8 MB each would be 1.6 GB), and a trace asked for in a
+    sweep is gzipped. true/false: always or never.
+    """
+
+    trace: bool | None = None
+    # trace.json.gz instead of trace.json (the seed workload's full trace is tens of MB as text)
+    trace_gzip: bool | None = None
+    report: bool | None = None
     # print the metrics table at the end of the run
-    print_table: bool = True
+    print_table: bool | None = None
+
+    def decided(self, in_sweep: bool) -> OutputConfig:
+        """Every None replaced by what this kind of run does."""
+
+        def pick(value: bool | None, single: bool, sweep: bool) -> bool:
+            return (sweep if in_sweep else single) if value is None else value
+
+        return OutputConfig(
+            trace=pick(self.trace, True, False),
+            trace_gzip=pick(self.trace_gzip, False, True),
+            report=pick(self.report, True, False),
+            print_table=pick(self.print_table, True, False),
+        )
 
 
 @dataclass

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cbsim.sweep.summary import write_summary
+from cbsim.sweep.outputs import write_summary
 
 
 def main(argv: list[str] | None = None) -> int:

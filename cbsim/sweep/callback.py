@@ -1,4 +1,4 @@
-"""The Hydra callback behind every multirun: progress lines, then summary.csv and sweep.html.
+"""The Hydra callback behind every multirun: one sweep per directory, a progress bar, the summary.
 
 Registered in conf/config.yaml under hydra.callbacks.sweep_summary. It runs in the process that
 launched the sweep (on_multirun_*) and in each job's process (on_job_*), whichever launcher runs
@@ -8,22 +8,28 @@ machine, with joblib, and on SLURM or Ray nodes sharing that directory.
 
 from __future__ import annotations
 
-import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from cbsim.sweep.summary import METRICS_FILE, expected_overrides, write_summary
+from cbsim.rundir import SWEEP_FILE, atomic_write_json, read_finished, read_json
+from cbsim.sweep.outputs import write_summary
+from cbsim.sweep.progress import close_bar, open_bar, update_bar
+from cbsim.sweep.summary import expected_overrides, job_dirs
 
 log = logging.getLogger("cbsim.sweep")
-STATE_FILE = ".cbsim_sweep.json"
 
 
 def finished_jobs(sweep_dir: Path) -> int:
-    return sum(1 for _ in Path(sweep_dir).glob(f"**/{METRICS_FILE}"))
+    """Job directories holding a finished run (sizes checked; checksums when resumed)."""
+    return sum(
+        read_finished(job_dir, verify=False) is not None
+        for _num, job_dir in job_dirs(Path(sweep_dir)).values()
+    )
 
 
 def _in_multirun(config: DictConfig) -> bool:
@@ -31,62 +37,58 @@ def _in_multirun(config: DictConfig) -> bool:
     return str(OmegaConf.select(config, "hydra.mode", default="")).endswith("MULTIRUN")
 
 
+def sweep_identity(config: DictConfig) -> list[str]:
+    """What makes a sweep this sweep: its task overrides (sweeps expanded by the jobs)."""
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    task = list(OmegaConf.select(config, "hydra.overrides.task") or [])
+    return sorted([*(f"{k}={v}" for k, v in params.items()), *map(str, task)])
+
+
+def claim_sweep_dir(sweep_dir: Path, identity: list[str], total: int | None) -> None:
+    """Refuse a sweep directory that holds another sweep's jobs, naming the difference."""
+    state = read_json(sweep_dir / SWEEP_FILE)
+    before = state.get("overrides") if isinstance(state, dict) else None
+    if before is not None and before != identity:
+        gone = sorted(set(before) - set(identity)) or ["-"]
+        new = sorted(set(identity) - set(before)) or ["-"]
+        print(
+            f"cbsim: config error: hydra.sweep.dir={sweep_dir} holds another sweep (only in "
+            f"it: {' '.join(gone)}; only in this one: {' '.join(new)}); allowed: the same "
+            "overrides (resume) or another hydra.sweep.dir",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(sweep_dir / SWEEP_FILE, {"overrides": identity, "total": total})
+
+
 class SweepSummary(Callback):
-    """Logs "job i/N" as jobs start and end; writes the sweep's summary when the multirun ends."""
+    """Claims the sweep directory, shows progress, writes the sweep's summary at its end."""
 
     def __init__(self, min_speedup: float = 1.05, html: bool = True) -> None:
         self.min_speedup = float(min_speedup)
         self.html = bool(html)
-        self.total: int | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
         jobs = expected_overrides(config)
-        self.total = len(jobs) if jobs is not None else None
-        (sweep_dir / STATE_FILE).write_text(json.dumps({"total": self.total}))
+        total = len(jobs) if jobs is not None else None
+        claim_sweep_dir(sweep_dir, sweep_identity(config), total)
         done = finished_jobs(sweep_dir)
         log.info(
             "sweep: %s jobs into %s%s",
-            self.total if self.total is not None else "?",
+            total if total is not None else "?",
             sweep_dir,
-            f" ({done} job dirs hold metrics.json: those with the same config are skipped)"
-            if done
-            else "",
+            f" ({done} already finished there: skipped)" if done else "",
         )
-
-    def _total(self, config: DictConfig) -> str:
-        if self.total is None:
-            try:
-                state = Path(str(config.hydra.sweep.dir)) / STATE_FILE
-                self.total = json.loads(state.read_text())["total"]
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
-        return str(self.total) if self.total is not None else "?"
-
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not _in_multirun(config):
-            return
-        num = OmegaConf.select(config, "hydra.job.num")
-        overrides = " ".join(OmegaConf.select(config, "hydra.overrides.task") or [])
-        log.info("job %s/%s started: %s", (num or 0) + 1, self._total(config), overrides)
+        open_bar(total, initial=0)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        if not _in_multirun(config):
-            return
-        num = OmegaConf.select(config, "hydra.job.num")
-        status = getattr(getattr(job_return, "status", None), "name", "?").lower()
-        done = finished_jobs(Path(str(config.hydra.sweep.dir)))
-        log.info(
-            "job %s/%s %s; %d/%s finished in the sweep",
-            (num or 0) + 1,
-            self._total(config),
-            status,
-            done,
-            self._total(config),
-        )
+        if _in_multirun(config):
+            update_bar(1)  # a job run in the launching process (the basic launcher)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        close_bar()
         sweep_dir = Path(str(config.hydra.sweep.dir))
         result = write_summary(sweep_dir, config, html=self.html, min_speedup=self.min_speedup)
         missing = len(result.jobs) - result.finished

@@ -2,8 +2,8 @@
 
 Jobs are found on disk, so the summary is the same whoever ran them (the basic launcher, joblib,
 submitit, Ray) and after any number of interrupted runs: a job directory holds Hydra's
-``.hydra/overrides.yaml``; a job is finished when its ``metrics.json`` reads (cbsim.app writes it
-atomically, last but one). The jobs the sweep asked for come from ``multirun.yaml`` (the sweep's
+``.hydra/overrides.yaml``; a job is finished when its finished marker (cbsim.rundir, written last)
+still matches the files it names. The jobs the sweep asked for come from ``multirun.yaml`` (the sweep's
 overrides, expanded as Hydra's basic sweeper does), so jobs never started are listed too.
 """
 
@@ -20,9 +20,10 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-METRICS_FILE = "metrics.json"  # as cbsim.app.METRICS_FILE
-SUMMARY_FILE = "summary.csv"
-COMPARISON_FILE = "comparison.csv"
+from cbsim.rundir import COMPARISON_FILE as COMPARISON_FILE
+from cbsim.rundir import SUMMARY_FILE as SUMMARY_FILE
+from cbsim.rundir import atomic_write_text, finished_metrics
+
 FINISHED, NOT_FINISHED, NOT_STARTED = "finished", "not finished", "not started"
 ENGINE_KEY = "engine"
 # the metrics a reader looks for first come right after the overrides in summary.csv
@@ -81,11 +82,8 @@ def expected_overrides(multirun_cfg: DictConfig) -> list[list[str]] | None:
 
 
 def read_metrics(job_dir: Path) -> dict[str, Any] | None:
-    try:
-        metrics = json.loads((job_dir / METRICS_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return metrics if isinstance(metrics, dict) else None
+    """The metrics of a finished job whose files still match its marker, else None."""
+    return finished_metrics(job_dir)
 
 
 def job_dirs(sweep_dir: Path) -> dict[frozenset[str], tuple[int | None, Path]]:
@@ -221,39 +219,4 @@ def comparison_frame(jobs: list[Job]) -> pd.DataFrame:
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    frame.to_csv(tmp, index=False, quoting=csv.QUOTE_MINIMAL)
-    tmp.replace(path)
-    return path
-
-
-@dataclass
-class SweepResult:
-    jobs: list[Job]
-    summary: Path
-    comparison: Path
-    html: Path | None
-
-    @property
-    def finished(self) -> int:
-        return sum(j.status == FINISHED for j in self.jobs)
-
-
-def write_summary(
-    sweep_dir: Path,
-    multirun_cfg: DictConfig | None = None,
-    html: bool = True,
-    min_speedup: float = 1.05,
-) -> SweepResult:
-    """summary.csv, comparison.csv and (html=True) sweep.html in the sweep directory."""
-    sweep_dir = Path(sweep_dir)
-    jobs = collect_jobs(sweep_dir, multirun_cfg)
-    summary = write_csv(summary_frame(jobs, sweep_dir), sweep_dir / SUMMARY_FILE)
-    comp = comparison_frame(jobs)
-    comparison = write_csv(comp, sweep_dir / COMPARISON_FILE)
-    page = None
-    if html:
-        from cbsim.sweep.report import write_sweep_report
-
-        page = write_sweep_report(jobs, comp, sweep_dir / "sweep.html", min_speedup)
-    return SweepResult(jobs, summary, comparison, page)
+    return atomic_write_text(path, frame.to_csv(index=False, quoting=csv.QUOTE_MINIMAL))
