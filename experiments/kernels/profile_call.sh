@@ -16,10 +16,11 @@ THREE_B="model=llama3_1b model.name=llama3_3b model.hidden_size=3072 model.inter
 run() {  # $1: seconds, rest: overrides
   local limit=$1; shift
   echo "== python3 -m cbsim +experiment=profile_kernels mode=runtime $* extra.out=$OUT/h200"
-  timeout "$limit" python3 -m cbsim +experiment=profile_kernels mode=runtime "$@" \
-    extra.out="$OUT/h200" extra.target_ms="$TARGET" hydra.run.dir=/tmp/prof 2>&1 | grep -v Warn | tail -8
+  # from outside the checkout: its cbsim/ folder would shadow the installed package (cbsim.conf)
+  (cd /tmp && timeout "$limit" python3 -m cbsim +experiment=profile_kernels mode=runtime "$@" \
+    extra.out="$OUT/h200" extra.target_ms="$TARGET" hydra.run.dir="/tmp/prof_${RANDOM}") 2>&1 | grep -v Warn | tail -8
 }
-run "${T1:-65}" model=llama3_1b extra.max_seconds=45
-run "${T3:-60}" $THREE_B "extra.kinds=[elementwise,gemm,prefill_attention,decode_attention]" extra.max_seconds=45
-run "${T8:-70}" model=llama3_8b "extra.kinds=[elementwise,gemm,prefill_attention,decode_attention]" extra.max_seconds=50
+run "${T1:-55}" model=llama3_1b extra.max_seconds=40
+run "${T3:-50}" $THREE_B "extra.kinds=[elementwise,gemm,prefill_attention,decode_attention]" extra.max_seconds=38
+run "${T8:-60}" model=llama3_8b "extra.kinds=[elementwise,gemm,prefill_attention,decode_attention]" extra.max_seconds=45
 ls -la "$OUT/h200"
