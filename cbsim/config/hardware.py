@@ -68,6 +68,9 @@ class HostSpread:
     # a band draws this many simulations per engine (P5/median/P95 of them), seeded from `seed`
     draws: int = 9
     seed: int = 0
+    # true: each schedule/prepare/update costs its mean times a mean-one factor drawn from
+    # within_run (seeded by `seed`); cbsim.bands sets it in its draws, a plain run keeps the means
+    jitter: bool = False
 
     def __post_init__(self) -> None:
         for key in ("between_calls", "within_run"):

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.kernels import KernelCosts
 
 INT64, INT32 = 8, 4
@@ -120,6 +121,9 @@ class CostModel:
         self.kv_heads = m.num_kv_heads
         self._max_context = max_context
         self._partitions: dict[int, int] = {}
+        # step-to-step host speed, only in a band's draws (host_jitter.py)
+        sp = hw.host.spread
+        self.jitter = HostJitter(sp.within_run, sp.seed) if sp.jitter and sp.within_run else None
         # measured kernel times in place of the roofline's GEMMs and attention (kernels.py)
         self.kernel_costs = KernelCosts(config) if hw.kernel_table else None
 
@@ -332,13 +336,16 @@ class CostModel:
 
     # ---- host ------------------------------------------------------------------------------
     def schedule_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
-        return self.host.schedule.cost(requests, tokens, blocks)
+        cost = self.host.schedule.cost(requests, tokens, blocks)
+        return cost * self.jitter() if self.jitter else cost
 
     def prepare_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
-        return self.host.prepare.cost(requests, tokens, blocks)
+        cost = self.host.prepare.cost(requests, tokens, blocks)
+        return cost * self.jitter() if self.jitter else cost
 
     def update_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
-        return self.host.update.cost(requests, tokens, blocks)
+        cost = self.host.update.cost(requests, tokens, blocks)
+        return cost * self.jitter() if self.jitter else cost
 
     def stall_us(self, update_index: int) -> float:
         """The periodic host stall charged to the ``update_index``-th update (0-based)."""

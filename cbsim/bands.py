@@ -1,0 +1,106 @@
+"""Bands: how sure the simulator is, from the measured spread of host speed.
+
+One simulation answers with one number, but the same run in two calls of the GPU machine does not
+(the host is faster or slower between calls, and from step to step within a run). The profile
+carries both spreads (``hardware.host.spread``); ``predict_bands(cfg)`` simulates both engines
+``draws`` times, each draw with every host cost multiplied by a host-speed factor (log-normal with
+``between_calls``, drawn stratified so a few draws span the distribution) and, when
+``within_run`` is set, each host phase varied step to step around it. It reports P5, median and
+P95 of total time, GPU idle and the async speedup. Seeded: the same config gives the same bands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+import cbsim.sim as sim
+from cbsim.config.hardware import HostCosts, PhaseCost
+from cbsim.config.schema import CbsimConfig
+from cbsim.metrics import compute_metrics
+
+QUANTILES = {"p5": 5.0, "median": 50.0, "p95": 95.0}
+METRICS = ("total_time_s", "gpu_idle_fraction")
+HOST_US = (
+    "kernel_launch_us",
+    "graph_launch_us",
+    "launch_per_block_us",
+    "copy_launch_us",
+    "event_us",
+    "sync_wake_us",
+    "stall_us",
+)
+
+
+def speed_factors(between_calls: float, draws: int, seed: int) -> list[float]:
+    """Host-speed factors (cost multipliers), one per draw: log-normal, median one, one draw in
+    each of ``draws`` equal-probability strata (seeded position inside the stratum)."""
+    u = (np.arange(draws) + np.random.default_rng(seed).random(draws)) / draws
+    normal = NormalDist()
+    return [float(np.exp(between_calls * normal.inv_cdf(float(p)))) for p in u]
+
+
+def scaled_host(host: HostCosts, factor: float, seed: int) -> HostCosts:
+    """Every host cost times ``factor``; step-to-step jitter on, seeded per draw."""
+
+    def phase(p: PhaseCost) -> PhaseCost:
+        return PhaseCost(*(factor * getattr(p, f.name) for f in dataclasses.fields(PhaseCost)))
+
+    spread = dataclasses.replace(host.spread, jitter=True, seed=seed)
+    return dataclasses.replace(
+        host,
+        schedule=phase(host.schedule),
+        prepare=phase(host.prepare),
+        update=phase(host.update),
+        spread=spread,
+        **{k: factor * getattr(host, k) for k in HOST_US},
+    )
+
+
+def _simulate(cfg: CbsimConfig, engine: str) -> dict[str, Any]:
+    """The metrics of one simulation: the simulator's fast path when it has one."""
+    fast = getattr(sim, "simulate", None)
+    if fast is not None:
+        return fast(cfg, engine)
+    return compute_metrics(sim.run(cfg, engine))
+
+
+def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:
+    """Per draw, per engine: the metrics of ``METRICS``."""
+    spread = cfg.hardware.host.spread
+    out = []
+    for i, factor in enumerate(speed_factors(spread.between_calls, spread.draws, spread.seed)):
+        host = scaled_host(cfg.hardware.host, factor, spread.seed + 1 + i)
+        drawn = dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host))
+        per_engine = {}
+        for engine in ("sync", "async"):
+            m = _simulate(drawn, engine)
+            per_engine[engine] = {k: float(m[k]) for k in METRICS}
+        out.append(per_engine)
+    return out
+
+
+def band(values: list[float]) -> dict[str, float]:
+    return {name: float(np.percentile(values, q)) for name, q in QUANTILES.items()}
+
+
+def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
+    """P5 / median / P95 of total time and GPU idle per engine, and of the async speedup (sync
+    total / async total of the same draw), over the profile's host-speed spread."""
+    spread = cfg.hardware.host.spread
+    draws = draw_metrics(cfg)
+    result: dict[str, Any] = {
+        "draws": spread.draws,
+        "seed": spread.seed,
+        "between_calls": spread.between_calls,
+        "within_run": spread.within_run,
+        "quantiles": list(QUANTILES),
+    }
+    for engine in ("sync", "async"):
+        result[engine] = {k: band([d[engine][k] for d in draws]) for k in METRICS}
+    speedups = [d["sync"]["total_time_s"] / d["async"]["total_time_s"] for d in draws]
+    result["speedup"] = band(speedups)
+    return result

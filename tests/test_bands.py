@@ -1,0 +1,99 @@
+"""Bands: seeded and deterministic, ordered P5 <= median <= P95, as wide as the measured host
+spread says, and exactly the plain simulation when the profile has no spread."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import make_config
+
+from cbsim.bands import predict_bands, scaled_host, speed_factors
+from cbsim.config import ConfigError
+from cbsim.config.hardware import HostCosts, HostSpread
+from cbsim.costs import CostModel
+from cbsim.metrics import compute_metrics
+from cbsim.sim import run
+
+SMALL = ["model=tiny", "workload.batch_size=4", "workload.prompt_len=32", "workload.gen_len=48"]
+
+
+def config(between=0.0, within=0.0, draws=5, seed=0, extra=()):
+    cfg = make_config([*SMALL, *extra])
+    spread = HostSpread(between_calls=between, within_run=within, draws=draws, seed=seed)
+    host = dataclasses.replace(cfg.hardware.host, spread=spread)
+    return dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host))
+
+
+def ordered(band):
+    return band["p5"] <= band["median"] <= band["p95"]
+
+
+def test_bands_are_deterministic_and_ordered():
+    cfg = config(between=0.3, within=0.2)
+    a, b = predict_bands(cfg), predict_bands(cfg)
+    assert a == b
+    for engine in ("sync", "async"):
+        for metric in ("total_time_s", "gpu_idle_fraction"):
+            assert ordered(a[engine][metric]), (engine, metric)
+    assert ordered(a["speedup"])
+    assert a["sync"]["total_time_s"]["p5"] < a["sync"]["total_time_s"]["p95"]
+    assert predict_bands(config(between=0.3, within=0.2, seed=1)) != a
+
+
+def test_no_spread_gives_the_plain_simulation_as_a_point():
+    cfg = config()
+    bands = predict_bands(cfg)
+    for engine in ("sync", "async"):
+        plain = compute_metrics(run(cfg, engine))
+        for metric in ("total_time_s", "gpu_idle_fraction"):
+            got = bands[engine][metric]
+            assert got["p5"] == got["median"] == got["p95"] == pytest.approx(plain[metric])
+
+
+def test_a_wider_host_spread_gives_a_wider_band():
+    narrow = predict_bands(config(between=0.05))["sync"]["total_time_s"]
+    wide = predict_bands(config(between=0.5))["sync"]["total_time_s"]
+    assert wide["p95"] - wide["p5"] > 2 * (narrow["p95"] - narrow["p5"]) > 0
+
+
+def test_speed_factors_are_stratified_around_one():
+    f = speed_factors(0.3, 9, seed=0)
+    assert f == speed_factors(0.3, 9, seed=0)
+    assert f == sorted(f) and f[0] < 1 < f[-1]
+    assert speed_factors(0.0, 4, seed=3) == [1.0] * 4
+
+
+def test_a_draw_scales_every_host_cost_and_nothing_else():
+    host = HostCosts()
+    host.prepare.per_request_us = 4.0
+    slow = scaled_host(host, 2.0, seed=7)
+    assert slow.prepare.per_request_us == 8.0
+    assert slow.graph_launch_us == 2 * host.graph_launch_us
+    assert slow.sync_wake_us == 2 * host.sync_wake_us
+    assert slow.stall_every_steps == host.stall_every_steps
+    assert slow.spread.jitter and slow.spread.seed == 7
+
+
+def test_within_run_jitter_keeps_the_mean_and_only_runs_in_a_draw():
+    cfg = config(within=0.3)
+    assert CostModel(cfg).jitter is None  # a plain run keeps the mean costs
+    host = dataclasses.replace(cfg.hardware.host, spread=HostSpread(within_run=0.3, jitter=True))
+    cm = CostModel(dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host)))
+    mean = cfg.hardware.host.prepare.cost(8, 8)
+    draws = [cm.prepare_us(8, 8) for _ in range(20000)]
+    assert sum(draws) / len(draws) == pytest.approx(mean, rel=0.02)
+    assert min(draws) < 0.7 * mean < 1.4 * mean < max(draws)
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"between_calls": -0.1}, "between_calls"),
+        ({"within_run": float("nan")}, "within_run"),
+        ({"draws": 0}, "draws"),
+    ],
+)
+def test_a_bad_spread_names_its_key(kwargs, key):
+    with pytest.raises(ConfigError, match=rf"hardware\.host\.spread\.{key}="):
+        HostSpread(**kwargs)
