@@ -105,6 +105,24 @@ def test_sweep_report_draws_without_errors(chromium, tmp_path):
     check(r, 3)
 
 
+TITLES_JS = """JSON.stringify({
+  colorbars: Array.from(document.querySelectorAll('.cbtitle')).map(e => e.textContent),
+  ytitles: Array.from(document.querySelectorAll('text'))
+    .filter(e => /^y\\d*title$/.test(e.getAttribute('class'))).map(e => e.textContent),
+  scripts: Array.from(document.scripts).filter(s => s.src).map(s => s.src.split('/').pop()),
+})"""
+
+
+def test_sweep_report_draws_colourbars_with_units_from_a_shared_plotly(chromium, tmp_path):
+    sweep = make_sweep(tmp_path / "sw", SWEEP)
+    r = chromium.open(write_summary(sweep).html, expression=TITLES_JS)
+    assert not r.problems, r.problems
+    assert r.probe["scripts"] == ["plotly.min.js"]
+    assert r.probe["colorbars"].count("speedup (x)") == 1, r.probe
+    assert r.probe["colorbars"].count("GPU idle (%)") == 1, r.probe
+    assert "GPU idle (%)" in r.probe["ytitles"] and "workload.gen_len" in r.probe["ytitles"]
+
+
 @pytest.mark.slow
 def test_a_simulated_run_report_opens(chromium, tmp_path):
     args = [

@@ -1,0 +1,91 @@
+"""sweep.html: units on every colourbar, axis titles, infeasible settings marked, crossovers only
+between measured settings, one shared plotly.js per sweep directory."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from test_sweep import SWEEP, make_sweep
+
+from cbsim.report.html import PLOTLY_FILE
+from cbsim.report.sweep_figures import FITS, brackets, heatmap_figure, lines_figure
+from cbsim.rundir import write_finished
+from cbsim.sweep import write_summary
+
+
+def comp_table(fits: bool = True) -> pd.DataFrame:
+    rows = []
+    for b, s in zip([1, 8, 32, 128], [0.98, 1.02, 1.1, 1.3]):
+        for g in (1024, 32768):
+            rows.append(
+                {
+                    "workload.batch_size": b,
+                    "workload.gen_len": g,
+                    "speedup": s + (0.01 if g > 1024 else 0),
+                    "gpu_idle_sync": 0.2,
+                    "gpu_idle_async": 0.01,
+                    FITS: fits or not (b == 128 and g == 32768),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_heatmaps_have_colourbars_with_units_and_axis_titles():
+    fig = heatmap_figure(comp_table(), "workload.batch_size", "workload.gen_len", 1.05)
+    bars = [t.colorbar.title.text for t in fig.data if t.showscale is not False]
+    assert bars == ["speedup (x)", "GPU idle (%)"]
+    idle = fig.data[1]
+    assert idle.z.max() == pytest.approx(20.0)  # percent, as the cells say
+    assert [fig.layout[f"yaxis{s}"].title.text for s in ("", "2", "3")] == ["workload.gen_len"] * 3
+    assert [fig.layout[f"xaxis{s}"].title.text for s in ("", "2", "3")] == [
+        "workload.batch_size"
+    ] * 3
+
+
+def test_settings_that_do_not_fit_are_greyed_out():
+    fig = heatmap_figure(comp_table(fits=False), "workload.batch_size", "workload.gen_len", 1.05)
+    grey = [t for t in fig.data if t.hovertemplate.startswith("does not fit")]
+    assert len(grey) == 3
+    assert sum(v == 1.0 for row in grey[0].z for v in row) == 1  # the one cell, in each panel
+    assert "no fit" in fig.data[0].text[1][3]
+
+
+def test_a_crossover_is_the_interval_between_measured_settings():
+    assert brackets([8, 32, 128], [1.0, 1.1, 1.2], 1.05) == [((8, 32), pytest.approx(0.5))]
+    assert brackets([8, 32], [1.1, 1.2], 1.05) == []
+    fig = lines_figure(comp_table(), "workload.batch_size", "workload.gen_len", 1.05)
+    marks = [t for t in fig.data if "stops paying between" in (t.hovertemplate or "")]
+    assert {tuple(t.x) for t in marks} == {(8.0, 32.0)}
+    assert all(list(t.y) == [1.05, 1.05] for t in marks)
+
+
+def test_a_two_value_axis_shows_its_two_values_only():
+    fig = lines_figure(comp_table(), "workload.gen_len", "workload.batch_size", 1.05)
+    assert fig.layout.xaxis.type == "linear"  # two values: no log axis and its minor ticks
+    assert list(fig.layout.xaxis.tickvals) == [1024.0, 32768.0]
+    fig = lines_figure(comp_table(), "workload.batch_size", "workload.gen_len", 1.05)
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.ticktext) == [
+        "1",
+        "8",
+        "32",
+        "128",
+    ]
+    assert fig.layout.yaxis2.title.text == "GPU idle (%)"
+
+
+def test_sweep_page_marks_infeasible_jobs_and_shares_plotly(tmp_path):
+    sweep = make_sweep(tmp_path / "sw", SWEEP)
+    for job in sweep.iterdir():
+        ov = job / ".hydra" / "overrides.yaml"
+        if ov.is_file() and "workload.batch_size=128" in ov.read_text():
+            m = json.loads((job / "metrics.json").read_text())
+            (job / "metrics.json").write_text(json.dumps({**m, FITS: False}))
+            write_finished(job, {"job": job.name}, ["metrics.json"])
+    page = write_summary(sweep).html
+    html = page.read_text()
+    assert "2 settings do not fit the device" in html
+    assert f'<script src="{PLOTLY_FILE}"></script>' in html
+    assert (sweep / PLOTLY_FILE).stat().st_size > 3_000_000
+    assert page.stat().st_size < 300_000
