@@ -231,3 +231,8 @@ def test_zlib_is_not_leaked(tmp_path):
     bad = tmp_path / "b.json.gz"
     bad.write_bytes(gzip.compress(b"{}")[:10] + zlib.compress(b"x" * 100)[::-1])
     _refused(bad, "corrupt gzip")
+
+
+def test_a_trace_with_too_many_events_is_refused_before_parsing(tmp_path):
+    path = write_trace(read_trace(RECORDED), tmp_path / "t.json")
+    _refused(path, "over the limit of 100 (max_events", max_events=100)

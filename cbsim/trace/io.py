@@ -16,12 +16,13 @@ from pathlib import Path
 from cbsim.rundir import PARTIAL, atomic_open
 from cbsim.trace.checks import OVERLAP_TOLERANCE_US, validate
 from cbsim.trace.errors import TraceError
-from cbsim.trace.load import DEFAULT_MAX_BYTES, load_json
+from cbsim.trace.load import DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, load_json
 from cbsim.trace.model import Trace
 from cbsim.trace.normalize import normalize
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_EVENTS",
     "OVERLAP_TOLERANCE_US",
     "TraceError",
     "load_json",
@@ -48,10 +49,14 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def read_trace(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> Trace:
+def read_trace(
+    path: str | os.PathLike[str],
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_events: int = DEFAULT_MAX_EVENTS,
+) -> Trace:
     """Read and validate a trace file; a recorded runtime trace comes back normalised
     (cbsim.trace.normalize: clock drift and graph starts corrected)."""
-    obj = load_json(path, max_bytes)
+    obj = load_json(path, max_bytes, max_events=max_events)
     try:
         return normalize(validate(obj))
     except TraceError as exc:

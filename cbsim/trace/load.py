@@ -16,19 +16,27 @@ from typing import Any
 
 from cbsim.trace.errors import TraceError
 
-# Larger files (uncompressed) are refused before parsing. A parsed event costs about 0.6 KB of
-# memory per 90 bytes of JSON, so a trace at this limit (about 2.5 million events) parses in
-# under 2 GB (benchmarks/bench_trace_read.py); the seed workload's full trace is about 40 MB.
+# Larger files (uncompressed) are refused before parsing; the seed workload's full trace is
+# about 40 MB.
 DEFAULT_MAX_BYTES = 256 << 20
+# Files with more events are refused before parsing (counted as "ph" keys in the text): a
+# parsed event and its row in the span table take about 1.6 KB, so a trace at this limit is
+# read and measured in about 1.6 GB and 30 s (benchmarks/bench_trace_read.py); a 16K-step simulation
+# writes about 150K events.
+DEFAULT_MAX_EVENTS = 1_000_000
 CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 
 
 def load_json(
-    path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES, what: str = "trace"
+    path: str | os.PathLike[str],
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    what: str = "trace",
+    max_events: int = DEFAULT_MAX_EVENTS,
 ) -> Any:
     """Parse a JSON file, gzip or not, refusing it over the size limit (before or after
-    decompression); every failure is a TraceError naming the file and the reason."""
+    decompression) or the event limit; every failure is a TraceError naming the file and the
+    reason."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such {what} file")
@@ -44,6 +52,12 @@ def load_json(
         raw = _gunzip(path, max_bytes) if gz else path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    events = raw.count(b'"ph"')
+    if events > max_events:
+        raise TraceError(
+            f"{path}: about {events} events is over the limit of {max_events} (max_events; "
+            f"reading it would take about {events * 1.6e3 / 1e9:.1f} GB)"
+        )
     return parse_json(raw, str(path))
 
 
