@@ -205,3 +205,12 @@ def test_stalls_and_prefill_steps_are_marked_on_the_timeline():
     assert f.stalls["step"].tolist() == [30] and f.stalls["name"].tolist() == [S.UPDATE]
     names = {t.name for t in overview_figure([f]).data}
     assert {"host stall", "prefill / mixed step"} <= names
+
+
+def test_a_run_that_does_not_fit_the_device_says_so_first(tmp_path):
+    runs = runs_of(30, ("sync",))
+    runs["sync"][1].update(
+        fits_device=False, device_bytes_needed=200e9, device_bytes_available=141e9
+    )
+    html = write_run_report(runs, make_config(["engine=sync"]), tmp_path / "r.html").read_text()
+    assert "does not fit the device: it needs 200.0 GB of the device&#x27;s 141.0 GB" in html

@@ -44,7 +44,7 @@ th, td { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: right;
 th:first-child, td:first-child { text-align: left; }
 thead th { background: #f4f4f4; }
 table.kv td:last-child { text-align: left; }
-td.bad { color: #b00; font-weight: 600; } td.good { color: #176317; font-weight: 600; }
+td.bad, b.bad { color: #b00; font-weight: 600; } td.good { color: #176317; font-weight: 600; }
 code { background: #f4f4f4; padding: 1px 4px; border-radius: 3px; }
 .cbsim-plot { width: 100%; }
 """

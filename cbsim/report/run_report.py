@@ -76,6 +76,24 @@ def _int(value: Any) -> Any:
         return value
 
 
+def fit_sentence(metrics: dict[str, dict[str, Any]]) -> str | None:
+    """A warning when the configuration does not fit the device (metrics fits_device)."""
+    bad = {e: m for e, m in metrics.items() if m.get("fits_device") is False}
+    if not bad:
+        return None
+    e, m = next(iter(bad.items()))
+    need, have = m.get("device_bytes_needed"), m.get("device_bytes_available")
+    size = (
+        f": it needs {need / 1e9:.1f} GB of the device's {have / 1e9:.1f} GB"
+        if need and have
+        else ""
+    )
+    return (
+        f"This configuration does not fit the device{size} (weights, KV cache, IO buffers and "
+        f"graph pool; {', '.join(bad)}). The simulator ran it anyway; a GPU would refuse it."
+    )
+
+
 def verdict(metrics: dict[str, dict[str, Any]]) -> str:
     """One sentence a reader can stop at."""
     if "sync" in metrics and "async" in metrics:
@@ -213,6 +231,9 @@ def build_page(runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfi
     )
     page = Page(title)
     page.heading(title, level=1)
+    no_fit = fit_sentence(metrics)
+    if no_fit:
+        page.para(f'<b class="bad">{esc(no_fit)}</b>', "lead")
     overload = overload_sentence(metrics)
     if overload:
         page.para("<b>" + esc(overload) + "</b>", "lead")
