@@ -30,16 +30,18 @@ Freeing blocks that an in-flight batch still touches is safe because batches run
 compute stream: a later batch that reuses the blocks writes them after the earlier one is done.
 A preempted request with a pending output is re-admitted only after the ``update`` that fills it.
 
-Modules (imports flow down the list): batch.py (``Batch``, ``carry_over_index``), state.py
-(``RequestState``, the per-request table), steady.py (the steady-decode fast path), update.py
-(``update``: tokens in, requests retired), policy.py (``Scheduler``: the policy, ``schedule``),
-drive.py (``default_num_kv_blocks``, ``run_to_completion``).
+Modules (imports flow down the list): batch.py (``Batch``, ``carry_over_index``), table.py
+(``RequestState``, the per-request table), blocks.py (the block tables), admission.py (the
+waiting queue), inputs.py (input ids of prompt chunks), update.py (tokens in, finished out),
+decode.py (the steady-decode fast path), scheduler.py (``Scheduler``: composes them; the running
+queue and ``schedule``'s general path), drive.py (``default_num_kv_blocks``,
+``run_to_completion``).
 """
 
 from cbsim.scheduler.batch import Batch, carry_over_index
 from cbsim.scheduler.drive import default_num_kv_blocks, run_to_completion
-from cbsim.scheduler.policy import Scheduler
-from cbsim.scheduler.state import DRAINING, FINISHED, RUNNING, WAITING, RequestState
+from cbsim.scheduler.scheduler import Scheduler
+from cbsim.scheduler.table import DRAINING, FINISHED, RUNNING, WAITING, RequestState
 
 __all__ = [
     "DRAINING",

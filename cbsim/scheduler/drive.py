@@ -8,7 +8,7 @@ import numpy as np
 
 from cbsim.config.schema import WorkloadConfig
 from cbsim.scheduler.batch import Batch
-from cbsim.scheduler.policy import Scheduler
+from cbsim.scheduler.scheduler import Scheduler
 from cbsim.workload import Request
 
 
