@@ -81,7 +81,13 @@ def test_within_run_jitter_keeps_the_mean_and_only_runs_in_a_draw():
     host = dataclasses.replace(cfg.hardware.host, spread=HostSpread(within_run=0.3, jitter=True))
     cm = CostModel(dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host)))
     mean = cfg.hardware.host.prepare.cost(8, 8)
-    draws = [cm.prepare_us(8, 8) for _ in range(20000)]
+    draws = []
+    for _ in range(20000):
+        cm.schedule_us(8, 8)  # a step starts: a new factor
+        draws.append(cm.prepare_us(8, 8))
+        assert cm.update_us(8, 8) / cfg.hardware.host.update.cost(8, 8) == pytest.approx(
+            draws[-1] / mean
+        )  # one factor for the phases of a step
     assert sum(draws) / len(draws) == pytest.approx(mean, rel=0.02)
     assert min(draws) < 0.7 * mean < 1.4 * mean < max(draws)
 

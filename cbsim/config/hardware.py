@@ -62,13 +62,13 @@ class HostSpread:
     # host loaded otherwise): the BRIEF's small-batch sync workload in four calls idled the GPU
     # 7.7 / 3.8 / 5.9 / 5.2% (idle there is host time the GPU waits out): std of log = 0.29
     between_calls: float = 0.0
-    # within one run, step to step: each host phase (schedule, prepare, update) of a band's
-    # simulation takes its cost times a factor drawn per phase; 0 = every phase at its mean
+    # within one run, step to step: a band's simulation draws the host's speed at each schedule,
+    # for that schedule, prepare and update (the launch keeps its mean); 0 = every step at its mean
     within_run: float = 0.0
     # a band draws this many simulations per engine (P5/median/P95 of them), seeded from `seed`
     draws: int = 9
     seed: int = 0
-    # true: each schedule/prepare/update costs its mean times a mean-one factor drawn from
+    # true: the host phases cost their mean times a mean-one factor drawn per step from
     # within_run (seeded by `seed`); cbsim.bands sets it in its draws, a plain run keeps the means
     jitter: bool = False
 

@@ -337,15 +337,15 @@ class CostModel:
     # ---- host ------------------------------------------------------------------------------
     def schedule_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
         cost = self.host.schedule.cost(requests, tokens, blocks)
-        return cost * self.jitter() if self.jitter else cost
+        return cost * self.jitter.step() if self.jitter else cost
 
     def prepare_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
         cost = self.host.prepare.cost(requests, tokens, blocks)
-        return cost * self.jitter() if self.jitter else cost
+        return cost * self.jitter.factor if self.jitter else cost
 
     def update_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
         cost = self.host.update.cost(requests, tokens, blocks)
-        return cost * self.jitter() if self.jitter else cost
+        return cost * self.jitter.factor if self.jitter else cost
 
     def stall_us(self, update_index: int) -> float:
         """The periodic host stall charged to the ``update_index``-th update (0-based)."""
