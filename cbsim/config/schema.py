@@ -283,6 +283,19 @@ class OutputConfig:
 
 
 @dataclass
+class SloConfig:
+    """Service-level objectives for goodput (cbsim/metrics/serving.py): a finished request is
+    good when it meets every bound set (None: no bound), as vLLM's ``bench serve --goodput``."""
+
+    ttft_ms: float | None = field(default=None, metadata=POSITIVE)
+    tpot_ms: float | None = field(default=None, metadata=POSITIVE)
+    e2el_ms: float | None = field(default=None, metadata=POSITIVE)
+    # offered over sustained request rate above which the engine does not keep up (metric
+    # ``overloaded``): a 10% margin over the rate noise of a finite Poisson run
+    overload_ratio: float = field(default=1.1, metadata=POSITIVE)
+
+
+@dataclass
 class CbsimConfig:
     """The root: one run of one task."""
 
@@ -292,6 +305,7 @@ class CbsimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
     # "run": simulate or execute; "calibrate"/"validate": fit or check the cost model on traces
     task: str = "run"
     # input traces for calibrate/validate (paths or globs)
