@@ -6,6 +6,7 @@ checked in ``__post_init__`` like the rest of the schema.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,20 +34,33 @@ def kernel_table_files(path: str) -> list[Path]:
 
 @dataclass
 class PhaseCost:
-    """A host phase's cost: fixed + per request + per token + per KV block (microseconds)."""
+    """A host phase's cost over the batch it handles (microseconds), one form from batch 1 to 256:
 
+    fixed + per_request x R + per_request_sq x R^2 + per_token x T + per_block x B
+
+    R requests, T tokens (query tokens; for update the sampled tokens), B KV-cache blocks. Linear
+    in its coefficients, so calibration fits it by least squares from runs that span the range
+    (cbsim/calibration/host.py); the profile's comment on each says what fitted it."""
+
+    # the phase's Python and driver overhead per step, whatever the batch
     fixed_us: float = 0.0
+    # per-request work: list and dict updates, per-request numpy rows (the scheduler's slow path)
     per_request_us: float = 0.0
+    # per query token: packing token ids and positions into the pinned buffer
     per_token_us: float = 0.0
     # per KV-cache block in the batch's block tables (sum over requests of ceil(context / block),
     # counted as kv_tokens // block_size + requests): building and packing the tables grows with
     # the context (h200_run2: prepare 280 -> 370 us, launch 650 -> 850 us over seed_8192). 0 = none
     per_block_us: float = 0.0
+    # per request squared: host work that grows faster than the batch (h200_run8 async decode
+    # medians: prepare 80 / 83 / 126 us at 16 / 32 / 64 requests); a fit up to 64 requests hardly
+    # tells it from per_request_us, one over batch 1-256 does. 0 = linear in the requests
+    per_request_sq_us: float = 0.0
 
     def cost(self, requests: int, tokens: int, blocks: int = 0) -> float:
         return (
             self.fixed_us
-            + self.per_request_us * requests
+            + (self.per_request_us + self.per_request_sq_us * requests) * requests
             + self.per_token_us * tokens
             + self.per_block_us * blocks
         )
@@ -112,10 +126,12 @@ class HostCosts:
 
     def __post_init__(self) -> None:
         for phase in ("schedule", "prepare", "update"):
-            for term in ("fixed_us", "per_request_us", "per_token_us", "per_block_us"):
-                value = getattr(getattr(self, phase), term)
-                if value < 0:
-                    raise ConfigError(f"hardware.host.{phase}.{term}={value} must be >= 0")
+            for f in dataclasses.fields(PhaseCost):
+                value = getattr(getattr(self, phase), f.name)
+                if not (math.isfinite(value) and value >= 0):
+                    raise ConfigError(
+                        f"hardware.host.{phase}.{f.name}={value} must be finite and >= 0"
+                    )
         for key in (
             "kernel_launch_us",
             "graph_launch_us",
