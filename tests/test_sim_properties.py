@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_sim import check_trace, make, step_times
+from sim_harness import check_trace, make, step_times
 
 from cbsim.sim import run
 from cbsim.trace import schema as S

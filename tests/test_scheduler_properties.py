@@ -1,0 +1,86 @@
+"""Properties of the scheduler over random workloads (hypothesis): every request gets exactly
+its tokens, EOS stops it, and the steady-decode fast path builds what the general path builds."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scheduler_harness import EOS, check_all_done, drive, workloads
+
+from cbsim.scheduler import Scheduler
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.booleans())
+def test_every_request_gets_exactly_its_tokens(wl, overlap):
+    w, reqs = wl
+    sched = Scheduler(w)
+    drive(sched, reqs, overlap)
+    check_all_done(sched, reqs, {})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.booleans(), st.data())
+def test_eos_stops_requests_and_drops_later_outputs(wl, overlap, data):
+    w, reqs = wl
+    w.ignore_eos = False
+    eos_at = {r.rid: data.draw(st.integers(0, r.max_new_tokens + 2)) for r in reqs}
+    sched = Scheduler(w, eos_token_id=EOS)
+    drive(sched, reqs, overlap, eos_at)
+    check_all_done(sched, reqs, eos_at)
+    for r in reqs:
+        st_ = sched.request(r.rid)
+        k = eos_at[r.rid]
+        assert st_.finish_reason == ("eos" if k < r.max_new_tokens else "length")
+
+
+BATCH_FIELDS = (
+    "step",
+    "rids",
+    "query_lens",
+    "start_pos",
+    "context_lens",
+    "prompt_lens",
+    "sample",
+    "placeholder",
+    "input_ids",
+    "positions",
+    "slot_mapping",
+    "logits_indices",
+    "query_tokens",
+    "kv_tokens",
+    "num_prefill",
+    "num_decode",
+    "num_samples",
+    "kind",
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.booleans(), st.booleans(), st.data())
+def test_steady_decode_fast_path_matches_the_general_path(wl, overlap, eos, data):
+    w, reqs = wl
+    w.ignore_eos = not eos
+    eos_at = {r.rid: data.draw(st.integers(0, r.max_new_tokens + 2)) for r in reqs} if eos else {}
+    runs = []
+    for fast in (True, False):
+        sched = Scheduler(w, eos_token_id=EOS)
+        sched.fast_path = fast
+        runs.append((sched, drive(sched, reqs, overlap, eos_at)))
+    (fast_s, fast_b), (slow_s, slow_b) = runs
+    assert len(fast_b) == len(slow_b)
+    for a, b in zip(fast_b, slow_b):
+        for f in BATCH_FIELDS:
+            assert np.array_equal(getattr(a, f), getattr(b, f)), (a.step, f)
+        assert all(np.array_equal(x, y) for x, y in zip(a.block_tables, b.block_tables))
+    for r in reqs:
+        x, y = fast_s.request(r.rid), slow_s.request(r.rid)
+        assert np.array_equal(x.outputs, y.outputs)
+        assert (x.first_token_step, x.finish_step, x.finish_reason, x.num_preemptions) == (
+            y.first_token_step,
+            y.finish_step,
+            y.finish_reason,
+            y.num_preemptions,
+        )
+    check_all_done(fast_s, reqs, eos_at)
