@@ -129,9 +129,8 @@ def _drawn_prompt_over_budget(mode: list[str], tmp_path):
 
 
 def test_sim_request_that_can_never_run_is_a_config_error_not_a_traceback(tmp_path):
-    # A drawn prompt over max_batch_tokens with chunked_prefill off, or a request over the KV
-    # cache, raised a bare ValueError in the simulator: a traceback and exit 1, where the runtime
-    # (and the README) give "cbsim: config error: ..." and exit 2.
+    """A drawn prompt over max_batch_tokens with chunked_prefill off, or a request over the KV
+    cache: "cbsim: config error: ..." and exit 2, as the runtime does, never a traceback."""
     r = _drawn_prompt_over_budget([], tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "cbsim: config error" in r.stderr and "max_batch_tokens" in r.stderr

@@ -67,9 +67,8 @@ def test_eos_on_async_computes_and_drops_one_token_per_request():
 
 
 def test_poisson_arrivals_late_in_a_long_run_do_not_stop_the_simulator():
-    # Arrivals past ~1.7e4 s: arrival_s * 1e6 * 1e-6 rounds below arrival_s by more than the
-    # 1 ps slack the simulator gave the scheduler, so after sleeping until the arrival the
-    # scheduler still saw nobody arrived and the run died ("no request still to arrive").
+    """Past ~1.7e4 s, arrival_s * 1e6 * 1e-6 rounds below arrival_s by more than a fixed slack:
+    the scheduler must still see the request arrived once the host has slept until it."""
     cfg = make(
         "tiny",
         batch_size=2,
@@ -85,10 +84,9 @@ def test_poisson_arrivals_late_in_a_long_run_do_not_stop_the_simulator():
 
 
 def test_eos_on_with_the_kv_cache_exactly_at_the_limit_runs():
-    # With EOS on the simulator lets each request one more token than its drawn length (a server
-    # cannot know where EOS falls), but only "where the context has room for it": a cache
-    # sized exactly for the longest request (prompt + gen_len - 1 entries) was refused, naming a
-    # max_new_tokens the user never set, while the same run with EOS off fits.
+    """With EOS on, each request may take one more token than its drawn length only where the
+    context has room for it: a cache sized exactly for the longest request (prompt + gen_len - 1
+    entries) runs, as it does with EOS off."""
 
     for engine in ("sync", "async"):
         cfg = make(
