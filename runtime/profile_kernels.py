@@ -73,18 +73,20 @@ class ProfileGrid:
             value = getattr(grid, f.name)
             if f.name == "kinds":
                 continue
-            if isinstance(value, list) and (not value or any(int(v) < 1 for v in value)):
+            if isinstance(value, list) and (
+                not value or not all(isinstance(v, int) and v >= 1 for v in value)
+            ):
                 raise ConfigError(
                     f"extra.{f.name}={value} must be a non-empty list of integers >= 1"
                 )
-            if f.name.endswith(("_max", "_tokens")) and int(value) < 1:
+            if f.name.endswith(("_max", "_tokens")) and not (isinstance(value, int) and value >= 1):
                 raise ConfigError(f"extra.{f.name}={value} must be >= 1")
         for kind in grid.kinds:
             if kind not in KINDS:
                 raise ConfigError(f"extra.kinds: {kind!r} is not a kind; allowed: {list(KINDS)}")
         for key in ("target_ms", "max_seconds"):
-            v = float(getattr(grid, key))
-            if not (math.isfinite(v) and v > 0):
+            v = getattr(grid, key)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ConfigError(f"extra.{key}={v} must be a finite number > 0")
         return grid
 

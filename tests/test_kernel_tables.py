@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, make_config
 
 from cbsim.config import ConfigError
 from cbsim.config.schema import CbsimConfig, HardwareConfig
@@ -162,3 +162,46 @@ def test_a_missing_table_is_a_config_error_naming_the_key(tmp_path):
     bad.write_text("op,n,k,g,rows,context,us\ngemm,1,1,0,1,0,-3\n")
     with pytest.raises(ConfigError, match=r"us finite and > 0"):
         load_table(str(bad))
+
+
+@pytest.mark.slow  # imports torch and times a grid on the CPU: some seconds on a loaded machine
+def test_the_profiler_writes_a_table_the_cost_model_reads(tmp_path):
+    """The CPU path of runtime/profile_kernels.py (torch fallbacks, wall-clock timing) on the tiny
+    model: every kind written, read back, and enough to cost a forward of that model."""
+    pytest.importorskip("torch")
+    from cbsim.runtime.profile_kernels import run_profile
+
+    grid = [
+        "extra.gemm_rows=[1,8]",
+        "extra.decode_batches=[1,4]",
+        "extra.decode_contexts=[16,64]",
+        "extra.prefill_rows=[1]",
+        "extra.prefill_lengths=[8,32]",
+        "extra.elementwise_rows=[1,8]",
+        "extra.copy_bytes=[64,4096]",
+        "extra.lm_head_rows_max=8",
+        f"extra.out={tmp_path}",
+    ]
+    cfg = make_config(["+experiment=profile_kernels", "mode.device=cpu", "model=tiny", *grid])
+    got = run_profile(cfg, tmp_path / "run", command="test")
+    table = load_table(got["kernel_table"])
+    assert {s[0] for s in table.curves} == {
+        "gemm", "decode_attention", "prefill_attention", "rms_norm", "rope", "silu_mul", "add",
+        "argmax", "kv_write", "h2d", "d2h",
+    }  # fmt: skip
+    assert any("wall clock on the CPU" in h for h in table.headers)
+    cfg.hardware = dataclasses.replace(cfg.hardware, kernel_table=got["kernel_table"])
+    f = CostModel(cfg).forward(Shape([1] * 4, [40] * 4), graph=True, carry_over=False)
+    assert f.linear_us > 0 and f.attention_us > 0 and f.lm_head_us > 0
+
+
+def test_a_bad_profiler_setting_names_its_key():
+    pytest.importorskip("torch")
+    from cbsim.runtime.profile_kernels import ProfileGrid
+
+    with pytest.raises(ConfigError, match=r"extra\.gemm_rows="):
+        ProfileGrid.from_extra({"gemm_rows": [0, 4]})
+    with pytest.raises(ConfigError, match=r"extra\.kinds: 'fft'"):
+        ProfileGrid.from_extra({"kinds": ["fft"]})
+    with pytest.raises(ConfigError, match=r"extra\.target_ms="):
+        ProfileGrid.from_extra({"target_ms": float("inf")})
