@@ -103,3 +103,13 @@ def test_within_run_jitter_keeps_the_mean_and_only_runs_in_a_draw():
 def test_a_bad_spread_names_its_key(kwargs, key):
     with pytest.raises(ConfigError, match=rf"hardware\.host\.spread\.{key}="):
         HostSpread(**kwargs)
+
+
+def test_a_plain_run_is_the_same_with_or_without_a_spread_in_the_profile():
+    """The spread only enters a band's draws: the simulation itself keeps the mean costs."""
+    with_spread = config(between=0.29, within=0.23)
+    without = config()
+    for engine in ("sync", "async"):
+        a = compute_metrics(run(with_spread, engine))
+        b = compute_metrics(run(without, engine))
+        assert a == b
