@@ -24,6 +24,7 @@ rooflines at the same rows and context (FLOPs and bytes at the profile's peak ra
 
 from __future__ import annotations
 
+import bisect
 import csv
 import functools
 import io
@@ -53,12 +54,19 @@ Shape = tuple[str, int, int, int]  # op, n, k, g
 @dataclass(frozen=True)
 class Curve:
     """One shape's times: for each profiled rows value, times over context (one point for ops
-    without a context)."""
+    without a context). Kept as logs in plain lists: a lookup is a few bisects, no numpy call
+    (the simulator costs every step)."""
 
-    rows: np.ndarray  # ascending, float
-    contexts: tuple[np.ndarray, ...]  # per rows value, ascending
-    times: tuple[np.ndarray, ...]  # per rows value, microseconds
+    rows: tuple[float, ...]  # ascending
+    contexts: tuple[tuple[float, ...], ...]  # per rows value, ascending
+    times: tuple[tuple[float, ...], ...]  # per rows value, microseconds
     context_power: float
+
+    def __post_init__(self) -> None:
+        logs = lambda xs: tuple(math.log(x) for x in xs)  # noqa: E731
+        object.__setattr__(self, "_lr", logs(self.rows))
+        object.__setattr__(self, "_lc", tuple(logs(c) for c in self.contexts))
+        object.__setattr__(self, "_lt", tuple(logs(t) for t in self.times))
 
     def at(self, rows: float, context: float) -> float:
         rows, context = max(float(rows), 1e-9), max(float(context), 1e-9)
@@ -67,18 +75,22 @@ class Curve:
             return self._along(len(r) - 1, context) * rows / r[-1]
         if rows <= r[0]:
             return self._along(0, context)
-        i = int(np.searchsorted(r, rows)) - 1
+        i = bisect.bisect_right(r, rows) - 1
+        lr = self._lr
+        w = (math.log(rows) - lr[i]) / (lr[i + 1] - lr[i])
         lo, hi = self._along(i, context), self._along(i + 1, context)
-        w = math.log(rows / r[i]) / math.log(r[i + 1] / r[i])
         return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
 
     def _along(self, i: int, context: float) -> float:
         ctx, t = self.contexts[i], self.times[i]
         if len(ctx) == 1 or context <= ctx[0]:
-            return float(t[0])
+            return t[0]
         if context >= ctx[-1]:
-            return float(t[-1]) * (context / ctx[-1]) ** self.context_power
-        return float(np.exp(np.interp(math.log(context), np.log(ctx), np.log(t))))
+            return t[-1] * (context / ctx[-1]) ** self.context_power
+        j = bisect.bisect_right(ctx, context) - 1
+        lc, lt = self._lc[i], self._lt[i]
+        w = (math.log(context) - lc[j]) / (lc[j + 1] - lc[j])
+        return math.exp(lt[j] + w * (lt[j + 1] - lt[j]))
 
 
 @dataclass(frozen=True)
@@ -212,14 +224,10 @@ def _curve(op: str, pts: dict[tuple[int, int], list[float]]) -> Curve:
     for (r, ctx), us in pts.items():
         by_rows.setdefault(r, []).append((ctx, float(np.median(us))))
     rows = sorted(by_rows)
-    ctxs, times = [], []
-    for r in rows:
-        line = sorted(by_rows[r])
-        ctxs.append(np.array([max(c, 1) for c, _ in line], dtype=float))
-        times.append(np.array([t for _, t in line], dtype=float))
+    lines = [sorted(by_rows[r]) for r in rows]
     return Curve(
-        rows=np.array(rows, dtype=float),
-        contexts=tuple(ctxs),
-        times=tuple(times),
+        rows=tuple(float(r) for r in rows),
+        contexts=tuple(tuple(float(max(c, 1)) for c, _ in line) for line in lines),
+        times=tuple(tuple(t for _, t in line) for line in lines),
         context_power=CONTEXT_POWER.get(op, 1.0),
     )

@@ -56,6 +56,7 @@ class KernelCosts:
         self.layers, self.hidden, self.vocab = m.num_layers, m.hidden_size, m.vocab_size
         self.attn_shape = (m.num_heads, m.head_dim, m.num_kv_heads)
         self._linear: dict[int, float] = {}
+        self._lm_head: dict[int, float] = {}
 
     def t(self, op: str, n: int, k: int, g: int, rows: float, context: float = 0) -> float:
         return self.table.time_us(op, n, k, g, rows, context, **self.rates)
@@ -72,10 +73,15 @@ class KernelCosts:
         return got
 
     def lm_head_us(self, sampled: int) -> float:
-        if sampled <= 0:
-            return 0.0
-        n, k = self.lm_head
-        return self.t("gemm", n, k, 0, sampled) + self.t("argmax", self.vocab, 0, 0, sampled)
+        got = self._lm_head.get(sampled)
+        if got is None:
+            n, k = self.lm_head
+            got = self._lm_head[sampled] = (
+                self.t("gemm", n, k, 0, sampled) + self.t("argmax", self.vocab, 0, 0, sampled)
+                if sampled > 0
+                else 0.0
+            )
+        return got
 
     def decode_attention_us(self, rows: int, mean_context: float) -> float:
         return self.layers * self.t("decode_attention", *self.attn_shape, rows, mean_context)
@@ -88,7 +94,7 @@ class KernelCosts:
         costed by the caller's roofline)."""
         q, ctx = batch.query_lens, batch.context_lens
         if decode:
-            return self.decode_attention_us(len(q), float(ctx.mean()))
+            return self.decode_attention_us(len(q), batch.kv_tokens / len(q))
         one = q == 1
         total = 0.0
         if one.any():
