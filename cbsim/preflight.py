@@ -3,8 +3,9 @@
 A Hydra callback (conf/config.yaml, hydra.callbacks.preflight, first of the callbacks): Hydra
 calls ``on_run_start`` / ``on_multirun_start`` after composing the config and before it makes a
 run or sweep directory, so a bad value ends the command with one line and exit 2 and leaves
-nothing behind. A sweep's job configs are composed here once, checked, and kept for the
-launcher (cbsim.sweep.launcher) so no job is composed twice.
+nothing behind. A sweep's job configs are composed here once (cbsim.sweep.compose), checked, and kept
+for the sweeper and the launcher (cbsim.sweep.sweeper, cbsim.sweep.launcher), so no job is
+composed twice.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from cbsim.config import ConfigError
+from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.store import load_config
+from cbsim.sweep.compose import JobComposer, composed_jobs
 from cbsim.sweep.summary import expected_overrides
-
-# sweep job configs composed by on_multirun_start, by their overrides (this process only)
-composed_jobs: dict[tuple[str, ...], DictConfig] = {}
+from cbsim.workload import check_lengths_files
 
 
 def task_config(cfg: DictConfig) -> DictConfig:
@@ -36,20 +36,49 @@ def task_config(cfg: DictConfig) -> DictConfig:
     return task
 
 
-def check_job(cfg: DictConfig) -> None:
-    """Raise ConfigError naming the first bad value of this job's config."""
-    load_config(task_config(cfg))
+# the extra keys task=run reads (calibrate and validate declare theirs in
+# cbsim.validation.tasks.EXTRA_KEYS; profile_kernels checks its own grid)
+RUN_EXTRA_KEYS = {
+    "reported": "the figures the brief reports for this workload (conf/experiment/seed_repro.yaml)",
+}
+
+
+def declared_extra_keys(task: str) -> dict[str, str] | None:
+    """The extra keys ``task`` declares, each with what it does; None: the task checks them."""
+    if task == "run":
+        return RUN_EXTRA_KEYS
+    if task in ("calibrate", "validate"):
+        from cbsim.validation.tasks import EXTRA_KEYS  # the fitters load only for these tasks
+
+        return EXTRA_KEYS[task]
+    return None
+
+
+def check_extra(config: CbsimConfig) -> None:
+    declared = declared_extra_keys(config.task)
+    if declared is None:
+        return
+    for key in config.extra:
+        if key not in declared:
+            value = config.extra[key]
+            raise ConfigError(
+                f"extra.{key}={value} is not a setting of task={config.task}; allowed: "
+                f"{', '.join(sorted(declared)) or 'none'}"
+            )
+
+
+def check_job(cfg: DictConfig) -> CbsimConfig:
+    """Raise ConfigError naming the first bad value of this job's config: its values, its
+    extra keys, the lengths files it names."""
+    config = load_config(task_config(cfg))
+    check_extra(config)
+    check_lengths_files(config.workload)
+    return config
 
 
 def _refuse(message: str) -> None:
     print(f"cbsim: config error: {message}".replace("\n", " "), file=sys.stderr)
     raise SystemExit(2)
-
-
-def compose_job(master: DictConfig, overrides: list[str]) -> DictConfig:
-    """A sweep job's config, as the launchers compose it."""
-    loader = GlobalHydra.instance().config_loader()
-    return loader.load_sweep_config(master, list(overrides))
 
 
 class Preflight(Callback):
@@ -66,9 +95,10 @@ class Preflight(Callback):
         jobs = expected_overrides(config)
         if jobs is None or not GlobalHydra.instance().is_initialized():
             return  # another sweeper: each job checks its own config when it starts
+        composer = JobComposer(config)
         for overrides in jobs:
             try:
-                job_cfg = compose_job(config, overrides)
+                job_cfg = composer.compose(overrides)
                 check_job(job_cfg)
             except ConfigError as exc:
                 _refuse(f"{exc} (in the sweep's job {' '.join(overrides)})")

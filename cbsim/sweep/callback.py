@@ -20,6 +20,7 @@ from cbsim.rundir import SWEEP_FILE, atomic_write_json, read_finished, read_json
 from cbsim.sweep.outputs import write_summary
 from cbsim.sweep.progress import close_bar, open_bar, update_bar
 from cbsim.sweep.summary import expected_overrides, job_dirs
+from hydra_plugins.cbsim_launcher import register as register_plugins
 
 log = logging.getLogger("cbsim.sweep")
 
@@ -74,6 +75,7 @@ class SweepSummary(Callback):
         jobs = expected_overrides(config)
         total = len(jobs) if jobs is not None else None
         claim_sweep_dir(sweep_dir, sweep_identity(config), total)
+        register_plugins()  # Hydra instantiates the sweeper and the launcher next
         done = finished_jobs(sweep_dir)
         log.info(
             "sweep: %s jobs into %s%s",

@@ -69,7 +69,7 @@ def expected_overrides(multirun_cfg: DictConfig) -> list[list[str]] | None:
 
     try:
         target = str(OmegaConf.select(multirun_cfg, "hydra.sweeper._target_") or "")
-        if target and not target.endswith("BasicSweeper"):
+        if target and not target.endswith(("BasicSweeper", "PrecomposedSweeper")):
             return None
         params = OmegaConf.select(multirun_cfg, "hydra.sweeper.params") or {}
         args = [f"{k}={v}" for k, v in params.items()]
