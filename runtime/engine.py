@@ -4,8 +4,8 @@
 `cbsim.runtime.run` returns its trace; the app, experiments/runtime/record.py and the GPU tests
 all go through it. The run starts from `cbsim.run_setup.setup_run`, the simulator's setup, and
 everything that can be refused is refused before the model is built: a request longer than the
-model context or the KV cache, token ids outside the vocabulary, engine=async without CUDA or
-with one IO slot, a configuration that does not fit the device. A CUDA out-of-memory while
+model context or the KV cache, token ids outside the vocabulary, engine=async without CUDA, a
+configuration that does not fit the device. A CUDA out-of-memory while
 building names the config values to lower. Ctrl-C (KeyboardInterrupt) during the loop stops it,
 finishes the trace so far (otherData.interrupted = true) and raises `Interrupted`, a
 KeyboardInterrupt whose `.trace` holds that partial trace, so the caller can still write it.
@@ -93,12 +93,6 @@ def check_device(config: CbsimConfig, engine: str, cpu_emulation: bool = False) 
             "engine=async needs CUDA (three CUDA streams, events, pinned IO slots, CUDA graphs); "
             f"mode.device={config.mode.device}. On a CPU run engine=sync with mode.device=cpu"
         )
-    if engine == "async" and config.engine.io_slots < 2:
-        raise ConfigError(
-            "engine.io_slots=1 with engine=async: the runtime never lets batch N+1 overwrite "
-            "the inputs batch N is still reading (the simulator shows that hazard: mode=sim); "
-            "allowed in mode=runtime: engine.io_slots=2"
-        )
     return device
 
 
@@ -125,7 +119,7 @@ def plan_run(
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     fit = setup.fit
-    if device.type == "cuda" and not fit.fits:
+    if not fit.fits:
         parts = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in fit.parts.items())
         raise ConfigError(
             f"the run needs {fit.bytes_needed / 2**30:.2f} GiB of device memory ({parts}) "

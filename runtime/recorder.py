@@ -69,6 +69,7 @@ class Recorder:
         self.prompt_max = np.zeros((requests, 2), np.int64)
         self._anchor: tuple[torch.cuda.Event, float] | None = None
         self._ref: tuple[torch.cuda.Event, float] | None = None  # last resolved first event
+        self._lane_end = [0.0, 0.0, 0.0]  # the last resolved end per stream lane
         self.drift_us: float | None = None
 
     def start(self, stream: torch.cuda.Stream | None, requests: list) -> None:
@@ -110,7 +111,7 @@ class Recorder:
         info[0] = plan.bucket is not None
         info[1] = plan.layout.num_sample
         info[2] = 8 * plan.num_entries
-        info[3] = 8 * plan.layout.num_sample
+        info[3] = 8 * (plan.bucket or plan.layout.num_sample)  # a graph step copies its bucket
 
     def updated(self, row: int, t0: float, t1: float, t2: float, kept: int) -> None:
         self.host[row, 3] = t0, t1
@@ -126,17 +127,19 @@ class Recorder:
         self.timed[row] = True
 
     def resolve(self, row: int, events) -> None:
-        """A step's six timing events (start and end of each op, complete) as host times."""
+        """A step's six timing events (start and end of each op, complete) as host times. Ops
+        on one stream are in order: a start a nanosecond before the lane's last end is the
+        events' float rounding, and starts at that end."""
         ref, t_ref = self._ref
         a = events[0]
         t_a = t_ref + ref.elapsed_time(a) * 1e-3
-        o = self.ops[row]
-        o[0, 0] = t_a
-        o[0, 1] = t_a + a.elapsed_time(events[1]) * 1e-3
-        o[1, 0] = t_a + a.elapsed_time(events[2]) * 1e-3
-        o[1, 1] = t_a + a.elapsed_time(events[3]) * 1e-3
-        o[2, 0] = t_a + a.elapsed_time(events[4]) * 1e-3
-        o[2, 1] = t_a + a.elapsed_time(events[5]) * 1e-3
+        o, last = self.ops[row], self._lane_end
+        for lane in range(3):
+            start = t_a if lane == 0 else t_a + a.elapsed_time(events[2 * lane]) * 1e-3
+            end = t_a + a.elapsed_time(events[2 * lane + 1]) * 1e-3
+            start = max(start, last[lane])
+            o[lane, 0] = start
+            o[lane, 1] = last[lane] = max(start, end)
         self.timed[row] = True
         self._ref = (a, t_a)
 
