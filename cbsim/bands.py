@@ -7,6 +7,17 @@ carries both spreads (``hardware.host.spread``); ``predict_bands(cfg)`` simulate
 ``between_calls``, drawn stratified so a few draws span the distribution) and, when
 ``within_run`` is set, each host phase varied step to step around it. It reports P5, median and
 P95 of total time, GPU idle and the async speedup. Seeded: the same config gives the same bands.
+
+The dict (JSON-ready; for metrics.json, the printed table, the report, a sweep's summary)::
+
+    {"draws": 9, "seed": 0, "between_calls": 0.29, "within_run": 0.23,
+     "quantiles": ["p5", "median", "p95"],
+     "sync":  {"total_time_s": {"p5": .., "median": .., "p95": ..},
+               "gpu_idle_fraction": {"p5": .., "median": .., "p95": ..}},
+     "async": {... the same ...},
+     "speedup": {"p5": .., "median": .., "p95": ..}}     # sync total / async total, per draw
+
+Cost: 2 x draws simulations (both engines, whatever ``engine`` says).
 """
 
 from __future__ import annotations
