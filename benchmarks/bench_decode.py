@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks
 # the H200's measured device-to-device copy bandwidth (BRIEF; perf-notes: 4.258 on this card)
 COPY_TBPS = 4.27
 DEFAULT_CASES = (
@@ -103,9 +102,9 @@ def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
 def anchor(spec: str) -> dict:
     """transformers' own continuous batching, sync, on the spec's shape and prompts."""
     import torch
+    from bench_anchor import run_transformers  # beside this script (sys.path[0])
     from cbsim.runtime.model import build_model
 
-    from benchmarks.bench_anchor import run_transformers
     from cbsim.workload import make_requests
 
     model_name, batch, prompt, gen = spec.split(":")

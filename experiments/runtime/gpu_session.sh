@@ -4,6 +4,8 @@
 # (experiments/runtime/cases.py: 8b, 3b, 1b, long), both engines each; the host-speed
 # measurement of this call; everything into $OUT/rec_PART.tgz.
 #   bash experiments/runtime/gpu_session.sh PART      (repo root, wheels in .whl; OUT set by the device)
+# Scripts and `python3 -P -m` only: the checkout's cbsim/ must not shadow the installed package
+# (cbsim.runtime and cbsim.conf live in runtime/ and conf/, mapped at install time).
 # Env: TESTS=1 also runs the GPU tests first; DEADLINE_S (default 200): no case starts after it.
 set -o pipefail
 export PYTHONUNBUFFERED=1
@@ -20,7 +22,7 @@ echo "== host speed: python3 benchmarks/bench_scheduler.py"
 timeout 30 python3 benchmarks/bench_scheduler.py > "$OUT/host_speed.log" 2>&1; tail -6 "$OUT/host_speed.log"
 if [ "${TESTS:-0}" != 0 ]; then
   echo "== gpu tests"
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_runtime_gpu.py -rA -s \
+  timeout 150 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_runtime_gpu.py tests/test_kernels.py -rA -s \
     > "$OUT/gpu_tests.log" 2>&1; tail -3 "$OUT/gpu_tests.log"
 fi
 echo "== record: python3 experiments/runtime/record.py /tmp/rec_$PART --part=$PART"
