@@ -171,16 +171,21 @@ def read_lengths(path: str | None, key: str = "lengths file") -> np.ndarray:
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{key}={path}: cannot read the lengths file ({exc})") from None
+        raise ConfigError(
+            f"{key}={path}: cannot read the lengths file ({exc}); allowed: a readable file of "
+            "lengths, one integer a line or a JSON list"
+        ) from None
     stripped = text.strip()
     values: list[object]
     if stripped.startswith("["):
         try:
             values = json.loads(stripped)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{key}={path}: not a JSON list of lengths ({exc})") from None
+            raise ConfigError(
+                f"{key}={path}: not a JSON list of lengths ({exc}); allowed: [12, 40, ...]"
+            ) from None
         if not isinstance(values, list):
-            raise ConfigError(f"{key}={path}: not a JSON list of lengths")
+            raise ConfigError(f"{key}={path}: not a JSON list of lengths; allowed: [12, 40, ...]")
     else:
         values = [
             line.split("#", 1)[0].strip()
@@ -204,7 +209,7 @@ def read_lengths(path: str | None, key: str = "lengths file") -> np.ndarray:
             )
         out.append(length)
     if not out:
-        raise ConfigError(f"{key}={path}: the file holds no lengths")
+        raise ConfigError(f"{key}={path}: the file holds no lengths; allowed: one or more lengths")
     return np.asarray(out, dtype=np.int64)
 
 
