@@ -140,7 +140,7 @@ def test_cli_writes_a_trace(tmp_path, capsys):
     assert "python -m cbsim.report" in capsys.readouterr().out
     assert report_main([str(tmp_path / "e.json"), "-o", str(tmp_path / "e.html")]) == 0
     html = (tmp_path / "e.html").read_text()
-    assert "cbsim-plot" in html and "kineto trace e.json" in html
+    assert "cbsim-plot" in html and "e.json · kineto trace" in html
     assert main([str(tmp_path / "missing.json"), str(out)]) == 1
     assert "no such Kineto trace file" in capsys.readouterr().err
 

@@ -194,4 +194,5 @@ class TraceBuilder:
         )
 
     def build(self) -> Trace:
+        """The trace (its flows and request slices are derived when it is written)."""
         return Trace(events=self.events, other_data=self.other_data)

@@ -11,6 +11,7 @@ from typing import Any
 
 from cbsim.trace import schema as S
 from cbsim.trace.errors import TraceError
+from cbsim.trace.merge import is_merged, split_merged
 from cbsim.trace.model import Trace
 
 # Spans on one stream lane may touch; they may not overlap by more than this (microseconds),
@@ -20,7 +21,7 @@ OVERLAP_TOLERANCE_US = 0.002
 MAX_DEPTH = 32
 # span args that metrics group and sum by: integers (``kind`` a string)
 INT_ARGS = ("step", "slot", "requests", "query_tokens", "kv_tokens", "new_tokens")
-REQUEST_NAMES = (S.ARRIVAL, S.FIRST_TOKEN, S.FINISH)
+REQUEST_NAMES = S.REQUEST_EVENTS
 INSTANT_PHASES = ("i", "I")
 FLOW_PHASES = ("s", "t", "f")
 ASYNC_PHASES = ("b", "n", "e")
@@ -56,6 +57,8 @@ def validate(obj: Any) -> Trace:
     if metadata is not None:
         _check_tree(metadata, "metadata")
     lanes = _lanes(events)
+    if is_merged(other):
+        return _validate_merged(events, other)
     missing = [lane for lane in S.REQUIRED_LANES if lane not in lanes.values()]
     if missing:
         raise TraceError(
@@ -73,6 +76,20 @@ def validate(obj: Any) -> Trace:
     for lane, spans in by_lane.items():
         _no_overlap(lane, spans)
     return Trace(events=events, other_data=other)
+
+
+def _validate_merged(events: list[dict[str, Any]], other: dict[str, Any]) -> Trace:
+    """A merged trace (cbsim.trace.merge): each of its runs is a valid trace of its own."""
+    for i, e in enumerate(events):
+        if e["ph"] != "M":
+            _check_ids(e, i)
+    trace = Trace(events=events, other_data=other)
+    for label, part in split_merged(trace).items():
+        try:
+            validate(part.to_json_obj())
+        except TraceError as exc:
+            raise TraceError(f"merged run {label!r}: {exc}") from None
+    return trace
 
 
 def _check_other(other: Any) -> None:

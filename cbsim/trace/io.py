@@ -17,8 +17,10 @@ from cbsim.rundir import PARTIAL, atomic_open
 from cbsim.trace.checks import OVERLAP_TOLERANCE_US, validate
 from cbsim.trace.errors import TraceError
 from cbsim.trace.load import DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, load_json
+from cbsim.trace.merge import merge_traces, split_merged
 from cbsim.trace.model import Trace
 from cbsim.trace.normalize import normalize
+from cbsim.trace.perfetto import with_derived
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -27,6 +29,8 @@ __all__ = [
     "TraceError",
     "load_json",
     "read_trace",
+    "read_traces",
+    "write_merged_trace",
     "validate",
     "write_trace",
 ]
@@ -34,8 +38,10 @@ __all__ = [
 
 def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write JSON (gzip when the name ends in .gz); compact and key-sorted so runs compare byte
-    for byte. A trace written under a ``*_partial`` name is marked incomplete."""
+    for byte. The file holds the flows and request slices derived from the trace's spans
+    (cbsim.trace.perfetto); a trace written under a ``*_partial`` name is marked incomplete."""
     path = Path(path)
+    trace = with_derived(trace)
     if PARTIAL in path.name and not trace.incomplete:
         trace = trace.mark_incomplete("interrupted")
     data = json.dumps(trace.to_json_obj(), separators=(",", ":"), sort_keys=True).encode()
@@ -63,3 +69,18 @@ def read_trace(
         raise TraceError(f"{path}: {exc}") from None
     except RecursionError:
         raise TraceError(f"{path}: nested too deeply to be a trace") from None
+
+
+def read_traces(
+    path: str | os.PathLike[str],
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_events: int = DEFAULT_MAX_EVENTS,
+) -> dict[str, Trace]:
+    """The runs in a trace file by label: the runs of a merged trace (cbsim.trace.merge), else
+    the one run under its engine's name."""
+    return split_merged(read_trace(path, max_bytes, max_events))
+
+
+def write_merged_trace(traces: dict[str, Trace], path: str | os.PathLike[str]) -> Path:
+    """One file with each run as a named Perfetto process ({"sync": ..., "async": ...})."""
+    return write_trace(merge_traces(traces), path)

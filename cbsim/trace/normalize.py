@@ -13,6 +13,7 @@ from typing import Any
 
 from cbsim.trace import schema as S
 from cbsim.trace.model import Trace
+from cbsim.trace.perfetto import with_derived
 
 # Host work inside a runtime launch after the graph is submitted (compute_done, the D2H wait and
 # copy, d2h_done, the tracing events): the launch goes on 61-113 us (medians) past the compute
@@ -24,7 +25,10 @@ MIN_DRIFT_US = 1.0
 
 
 def normalize(trace: Trace) -> Trace:
-    """Both corrections, in the order they were measured: drift first, then graph starts."""
+    """Both corrections, in the order they were measured: drift first, then graph starts (a
+    merged trace holds its runs as they were written, each normalised already)."""
+    if isinstance(trace.other_data.get("merged"), dict):
+        return trace
     return correct_graph_start(correct_drift(trace))
 
 
@@ -60,7 +64,8 @@ def correct_drift(trace: Trace) -> Trace:
             ts, end = fix(e["ts"]), fix(e["ts"] + e["dur"])
             e = {**e, "ts": round(ts, 3), "dur": round(end - ts, 3)}
         events.append(e)
-    return Trace(events=events, other_data={**trace.other_data, "clock_drift_corrected": True})
+    fixed = Trace(events=events, other_data={**trace.other_data, "clock_drift_corrected": True})
+    return with_derived(fixed)
 
 
 def correct_graph_start(trace: Trace, post_graph_host_us: float | None = None) -> Trace:
@@ -93,7 +98,8 @@ def correct_graph_start(trace: Trace, post_graph_host_us: float | None = None) -
         events.append(e)
     if not moved:
         return trace
-    return Trace(events=events, other_data={**trace.other_data, "graph_start_corrected": moved})
+    fixed = Trace(events=events, other_data={**trace.other_data, "graph_start_corrected": moved})
+    return with_derived(fixed)
 
 
 def _post_graph_host_us(other: dict[str, Any]) -> float:

@@ -39,8 +39,11 @@ FORWARD, GRAPH_REPLAY, CARRY_OVER = "forward", "graph_replay", "carry_over"
 FORWARD_NAMES = (FORWARD, GRAPH_REPLAY)
 GPU_OPS = (COPY_H2D, COPY_D2H, FORWARD, GRAPH_REPLAY, CARRY_OVER)
 
-# Request lifecycle instants (lane "requests"), args: rid (+ tokens on finish).
-ARRIVAL, FIRST_TOKEN, FINISH = "arrival", "first_token", "finish"
+# Request lifecycle instants (lane "requests"), args: rid (+ tokens on finish). "scheduled":
+# the request's first admission into a batch (its queue time ends there).
+ARRIVAL, SCHEDULED, FIRST_TOKEN, FINISH = "arrival", "scheduled", "first_token", "finish"
+REQUEST_EVENTS = (ARRIVAL, SCHEDULED, FIRST_TOKEN, FINISH)
+REQUEST_ENDS = (FIRST_TOKEN, FINISH)
 # A hazard the simulator detected (instant, category "hazard"), args: kind, step, slot.
 HAZARD = "hazard"
 HAZARD_KINDS = ("slot_overwrite", "carry_over_before_ready", "missing_event_wait")

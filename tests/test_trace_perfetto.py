@@ -1,0 +1,154 @@
+"""Perfetto-native traces: flows along the event waits, a slice per request, a merged trace of
+sync and async as two named processes; all round-trip through the reader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from synthetic_trace import loop_trace
+
+from cbsim.metrics import compute_metrics
+from cbsim.trace import (
+    TraceBuilder,
+    TraceError,
+    merge_traces,
+    read_trace,
+    read_traces,
+    split_merged,
+    write_merged_trace,
+    write_trace,
+)
+from cbsim.trace import schema as S
+from cbsim.trace.perfetto import FLOW_CAT, REQUEST_SLICE_CAT, with_derived
+
+
+def _enclosing(trace, e):
+    """The span on e's thread that holds e's ts."""
+    return [
+        x
+        for x in trace.events
+        if x["ph"] == "X"
+        and (x["pid"], x["tid"]) == (e["pid"], e["tid"])
+        and x["ts"] <= e["ts"] <= x["ts"] + x["dur"]
+    ]
+
+
+def test_flows_run_from_each_copy_to_its_forward_d2h_and_host_wait(tmp_path):
+    trace = read_trace(write_trace(loop_trace("async", 6), tmp_path / "a.json"))
+    flows = [e for e in trace.events if e.get("cat") == FLOW_CAT]
+    assert len(flows) == 6 * 3 * 2  # three waits a step, a start and a finish each
+    by_id: dict[int, dict[str, dict]] = {}
+    for e in flows:
+        by_id.setdefault(e["id"], {})[e["ph"]] = e
+    expect = {
+        "h2d_done": (S.COPY_H2D, S.GRAPH_REPLAY),
+        "compute_done": (S.GRAPH_REPLAY, S.COPY_D2H),
+        "d2h_done": (S.COPY_D2H, S.WAIT),
+    }
+    for pair in by_id.values():
+        s, f = pair["s"], pair["f"]
+        assert s["name"] == f["name"] and f["bp"] == "e"
+        (src,), (dst,) = _enclosing(trace, s), _enclosing(trace, f)
+        assert (src["name"], dst["name"]) == expect[s["name"]]
+        assert src["args"]["step"] == dst["args"]["step"] == s["args"]["step"]
+        assert src["ts"] <= dst["ts"] + dst["dur"]
+    assert compute_metrics(trace) == compute_metrics(loop_trace("async", 6))  # metrics unmoved
+
+
+def request_trace():
+    b = TraceBuilder("sim", {"engine": "async"})
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 100.0, step=0)
+    b.request_event(S.ARRIVAL, 0.0, rid=0)
+    b.request_event(S.SCHEDULED, 30.0, rid=0)
+    b.request_event(S.FIRST_TOKEN, 100.0, rid=0)
+    b.request_event(S.FINISH, 400.0, rid=0, tokens=4)
+    b.request_event(S.ARRIVAL, 50.0, rid=1)  # never scheduled: an interrupted run
+    return b.build()
+
+
+def _slices(trace, rid):
+    evs = [e for e in trace.events if e.get("cat") == REQUEST_SLICE_CAT and e["id"] == rid]
+    begins = {e["name"]: e["ts"] for e in evs if e["ph"] == "b"}
+    ends = {e["name"]: e["ts"] for e in evs if e["ph"] == "e"}
+    assert begins.keys() == ends.keys()
+    return {n: (begins[n], ends[n]) for n in begins}, [e["ph"] for e in evs]
+
+
+def test_one_async_slice_per_request_with_its_phases(tmp_path):
+    trace = read_trace(write_trace(request_trace(), tmp_path / "r.json"))
+    spans, order = _slices(trace, 0)
+    assert spans == {
+        "request 0": (0.0, 400.0),
+        "queued": (0.0, 30.0),
+        "prefill": (30.0, 100.0),
+        "decode": (100.0, 400.0),
+    }
+    assert order == ["b", "b", "e", "b", "e", "b", "e", "e"]  # nested: children inside
+    ttft = spans["prefill"][1] - spans["request 0"][0]
+    assert ttft == pytest.approx(compute_metrics(trace)["ttft_ms_p50"] * 1e3)
+    spans, _ = _slices(trace, 1)
+    assert spans == {"request 1": (50.0, 400.0), "queued + prefill": (50.0, 400.0)}
+
+
+def test_metadata_block_beside_otherdata(tmp_path):
+    path = write_trace(request_trace(), tmp_path / "r.json")
+    obj = json.loads(path.read_text())
+    assert obj["metadata"] == {k: v for k, v in obj["otherData"].items()}
+    assert read_trace(path).other_data == request_trace().other_data
+
+
+def test_derived_events_follow_normalised_spans():
+    b = TraceBuilder("runtime", {"clock_drift_us": 1000.0})
+    for step in range(3):
+        t = step * 1000.0
+        b.span(S.H2D, S.COPY_H2D, t, 10.0, step=step)
+        b.span(S.COMPUTE, S.FORWARD, t + 10.0, 900.0, step=step)
+        b.span(S.D2H, S.COPY_D2H, t + 910.0, 10.0, step=step)
+        b.span(S.HOST, S.WAIT, t + 5.0, 1000.0, step=step)
+    from cbsim.trace import normalize
+
+    fixed = normalize(with_derived(b.build()))
+    for e in fixed.events:
+        if e.get("cat") == FLOW_CAT:
+            assert len(_enclosing(fixed, e)) == 1
+
+
+def test_a_merged_trace_holds_sync_and_async_as_two_named_processes(tmp_path):
+    runs = {"sync": loop_trace("sync", 5), "async": loop_trace("async", 5)}
+    path = write_merged_trace(runs, tmp_path / "trace_compare.json.gz")
+    merged = read_trace(path)
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in merged.events
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
+    assert names == {1: "sync", 2: "async"}
+    threads = {
+        (e["pid"], e["args"]["name"]) for e in merged.events if e.get("name") == "thread_name"
+    }
+    assert {(p, lane) for p in (1, 2) for lane in S.REQUIRED_LANES} <= threads
+    back = read_traces(path)
+    assert list(back) == ["sync", "async"]
+    for label, trace in runs.items():
+        assert back[label].other_data == trace.other_data
+        assert compute_metrics(back[label]) == compute_metrics(trace)
+        assert sorted(json.dumps(e, sort_keys=True) for e in back[label].events) == sorted(
+            json.dumps(e, sort_keys=True) for e in with_derived(trace).events
+        )
+    flow_ids = [e["id"] for e in merged.events if e.get("cat") == FLOW_CAT]
+    assert len(flow_ids) == len(set(flow_ids)) * 2  # no run shares a flow id with the other
+    assert read_traces(write_trace(runs["sync"], tmp_path / "s.json")).keys() == {"sync"}
+
+
+def test_a_merged_trace_with_a_bad_run_names_the_run(tmp_path):
+    bad = loop_trace("async", 3)
+    fwd = next(e for e in bad.events if e.get("name") == S.GRAPH_REPLAY)
+    bad.events.append({**fwd, "ts": fwd["ts"] + 1.0})  # overlaps on the compute stream
+    path = tmp_path / "m.json"
+    path.write_text(
+        json.dumps(merge_traces({"sync": loop_trace("sync", 3), "async": bad}).to_json_obj())
+    )
+    with pytest.raises(TraceError, match="merged run 'async': spans .* overlap"):
+        read_trace(path)
+    assert split_merged(loop_trace("sync", 2)).keys() == {"sync"}
