@@ -23,6 +23,7 @@ import gc
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -176,10 +177,13 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 rows.append(measure(spec, engine, a.copy_tbps, a.set))
             except Exception as exc:  # keep the other cases
+                traceback.print_exc()
                 rows.append({"case": spec, "engine": engine, "error": repr(exc)[:300]})
             print(json.dumps(rows[-1], default=str), flush=True)
     anchors = []
     if a.anchor != "none" and time.perf_counter() - t0 < a.deadline_s:
+        gc.collect()  # transformers sizes its KV cache from the memory free now
+        torch.cuda.empty_cache()
         try:
             anchors.append(anchor(a.anchor))
         except Exception as exc:
