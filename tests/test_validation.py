@@ -17,15 +17,17 @@ import yaml
 from conftest import REPO, compose_cfg, load_config, run_cli
 from omegaconf import OmegaConf
 
+from cbsim.calibration.calibrate import calibrate
+from cbsim.calibration.fit import independent_columns, linear_fit, nnls
+from cbsim.calibration.manifest import manifest_of
+from cbsim.calibration.profile import profile_yaml
+from cbsim.calibration.recordings import load, resolve_traces
+from cbsim.calibration.run_config import hardware_from
 from cbsim.config import ConfigError
 from cbsim.sim import run
 from cbsim.trace import write_trace
 from cbsim.trace.kineto import import_kineto
-from cbsim.validation.calibrate import calibrate
-from cbsim.validation.fit import independent_columns, linear_fit, nnls
-from cbsim.validation.profile import profile_yaml
 from cbsim.validation.tasks import run_validation_task
-from cbsim.validation.traces import hardware_from, load, resolve_traces
 
 TRUTH = {
     "hardware.gpu.gemm_bandwidth_eff": 0.55,
@@ -198,10 +200,14 @@ def test_bad_inputs_are_config_errors(tmp_path, recordings):
         run_validation_task(cfg, {}, tmp_path)
 
 
-def test_relative_trace_paths_resolve_against_the_repo(monkeypatch, tmp_path):
+def test_relative_trace_paths_resolve_against_the_recordings_directory(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    found = resolve_traces(["tests/data/kineto_cpu.json.gz"])
+    found = resolve_traces(["data/kineto_cpu.json.gz"], REPO / "tests")
     assert found == [REPO / "tests" / "data" / "kineto_cpu.json.gz"]
+    # from a directory without recordings (a plain pip install): one line saying where
+    with pytest.raises(ConfigError, match="recordings directory .* does not exist") as err:
+        resolve_traces(["h200_run8/*/trace_*.json.gz"], tmp_path / "experiments" / "runtime")
+    assert "extra.recordings" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_least_squares_helpers():
@@ -294,13 +300,15 @@ def test_replayed_batches_match_every_step(recordings):
 
 
 def test_steady_metrics_leave_the_first_step_out(recordings):
-    from cbsim.validation.validate import COLD_FIRST_STEP, measure
+    from cbsim.validation.measure import measure
 
     rec = load(recordings[:1])[0]
     m = measure(rec.trace)
     assert 0 < m["steady_time_s"] < m["total_time_s"]
     assert 0 <= m["steady_gpu_idle_fraction"] <= 1
-    assert "h200_run1" in COLD_FIRST_STEP
+    # which recordings are judged after their first step is a fact of the recording: its manifest
+    first = REPO / "experiments" / "runtime" / "h200_run1" / "seed_1024" / "trace_sync.json.gz"
+    assert manifest_of(first, REPO / "experiments" / "runtime").quirks.cold_first_step
 
 
 def test_engine_holdout_predicts_each_engine_from_the_other(recordings, tmp_path):
@@ -335,7 +343,7 @@ def test_event_timed_view_counts_launch_bound_waits_as_busy():
     launched; the runtime's events time that wait inside the forward's span. The view used to
     compare them moves the wait into the span, the spans still never overlap."""
     from cbsim.trace import validate as validate_trace
-    from cbsim.validation.validate import event_timed
+    from cbsim.validation.measure import event_timed
 
     cfg = load_config(
         compose_cfg(

@@ -12,9 +12,11 @@ import plotly.graph_objects as go
 from cbsim.report.frames import run_frames
 from cbsim.report.html import Page, esc, table
 from cbsim.report.timeline import overview_figure
+from cbsim.rundir import atomic_write_text
 from cbsim.trace import Trace
 from cbsim.trace import schema as S
-from cbsim.validation.validate import TARGETS, RunResult
+from cbsim.validation.runs import TARGETS, RunResult
+from cbsim.validation.speedup import SPEEDUP_POINTS, Speedup
 
 # a timeline shows this many steps from the steady state (the middle of the run) of each run
 WINDOW_STEPS = 12
@@ -96,7 +98,9 @@ def distribution_figure(results: list[RunResult]) -> go.Figure:
     return fig
 
 
-def error_rows(results: list[RunResult]) -> tuple[list[list[Any]], list[list[str]]]:
+def error_rows(
+    results: list[RunResult], held_label: bool = True
+) -> tuple[list[list[Any]], list[list[str]]]:
     rows, classes = [], []
     for r in results:
         e = r.errors
@@ -104,7 +108,7 @@ def error_rows(results: list[RunResult]) -> tuple[list[list[Any]], list[list[str
             r.rec.name,
             r.rec.engine,
             r.rec.config.workload.batch_size,
-            "held out" if r.held_out else "in sample",
+            (r.held_out_by or "held out") if (r.held_out and held_label) else "in sample",
             f"{r.real['total_time_s']:.3f}",
             f"{r.sim['total_time_s']:.3f}",
         ]
@@ -118,26 +122,79 @@ def error_rows(results: list[RunResult]) -> tuple[list[list[Any]], list[list[str
     return rows, classes
 
 
-def build_page(results: list[RunResult], out: dict[str, Any]) -> Page:
+def speedup_rows(pairs: list[Speedup], held_label: bool) -> tuple[list[list[Any]], list[list[str]]]:
+    rows, classes = [], []
+    for p in pairs:
+        e = p.error_points
+        band = f"x{p.band[0]:.3f} - x{p.band[1]:.3f}" if p.band else "-"
+        rows.append(
+            [
+                p.workload,
+                p.sync.rec.config.model.name,
+                p.sync.rec.config.workload.batch_size,
+                (p.held_out_by or "held out") if (p.held_out and held_label) else "in sample",
+                f"x{p.recorded:.3f}" if p.recorded else "-",
+                f"x{p.predicted:.3f}" if p.predicted else "-",
+                f"{e:+.2f}" if e is not None else "-",
+                band,
+                {None: "-", True: "yes", False: "no"}[p.in_band],
+            ]
+        )
+        ok = "good" if p.passed else "bad"
+        classes.append([""] * 6 + [ok if e is not None else "", "", ""])
+    return rows, classes
+
+
+def lead(out: dict[str, Any], held_label: bool) -> str:
+    """The page's first sentence: what was checked and how it came out."""
     s = out["summary"]
+    if not held_label:
+        return (
+            f"Every run simulated with the profile hardware={out['hardware_base']} as it is "
+            f"({out['holdout']}): the runs it was fitted on are in sample, no run was held out "
+            "of a fit made here."
+        )
+    sp = s["speedup"]
+    verdict = "within" if s["all_within_target"] else "not all within"
+    return (
+        f"Async speedup within {SPEEDUP_POINTS:g} point on {sp['within_target']} of "
+        f"{sp['workloads']} held-out workloads; {s['held_out_within_target']} of "
+        f"{s['held_out_runs']} held-out runs {verdict} the targets: total time within "
+        f"{TARGETS['total_time_pct']}%, GPU idle within {TARGETS['gpu_idle_pp']} pp (across "
+        f"device calls: inside the predicted band), step time p50 within "
+        f"{TARGETS['step_p50_pct']}%."
+    )
+
+
+def build_page(results: list[RunResult], pairs: list[Speedup], out: dict[str, Any]) -> Page:
+    held_label = out["holdout"] not in ("profile",)
     title = f"cbsim validation · {len(results)} recorded run(s) · holdout {out['holdout']}"
     page = Page(title)
     page.heading(title, level=1)
-    verdict = (
-        "every held-out run is within the targets"
-        if s["all_within_target"]
-        else "not every held-out run is within the targets"
-    )
-    page.para(
-        esc(
-            f"Targets on held-out runs: total time within {TARGETS['total_time_pct']}%, "
-            f"GPU idle within {TARGETS['gpu_idle_pp']} pp, step time p50 within "
-            f"{TARGETS['step_p50_pct']}%: {verdict}."
-        ),
-        "lead",
-    )
+    page.para(esc(lead(out, held_label)), "lead")
+    if pairs:
+        page.heading("Async speedup per workload, recorded vs predicted", anchor="speedup")
+        rows, classes = speedup_rows(pairs, held_label)
+        header = [
+            "workload",
+            "model",
+            "batch",
+            "profile",
+            "recorded",
+            "predicted",
+            "points",
+            "predicted band",
+            "recorded in band",
+        ]
+        page.add(table(header, rows, classes))
+        page.para(
+            "Speedup: sync time / async time of one workload in one device call (after the "
+            "first step where the recording's manifest marks it a one-off). Points: 100 x "
+            "(predicted - recorded).",
+            "note",
+        )
     page.heading("Error per run (simulated minus recorded)", anchor="errors")
-    rows, classes = error_rows(results)
+    rows, classes = error_rows(results, held_label)
     header = [
         "run",
         "engine",
@@ -151,7 +208,7 @@ def build_page(results: list[RunResult], out: dict[str, Any]) -> Page:
     page.para(
         "Percent errors are relative to the recorded value; GPU idle is the difference of "
         "the two idle shares in percentage points. Held out: the profile used was fitted "
-        "without this run.",
+        "without this run (and without every run sharing what the holdout names).",
         "note",
     )
     page.heading("Step-time distributions", anchor="steps")
@@ -183,9 +240,7 @@ def build_page(results: list[RunResult], out: dict[str, Any]) -> Page:
     return page
 
 
-def write_validation_report(results: list[RunResult], out: dict[str, Any], path: Path) -> Path:
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(build_page(results, out).render(), encoding="utf-8")
-    tmp.replace(path)
-    return path
+def write_validation_report(
+    results: list[RunResult], pairs: list[Speedup], out: dict[str, Any], path: Path
+) -> Path:
+    return atomic_write_text(path, build_page(results, pairs, out).render())

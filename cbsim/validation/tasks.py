@@ -1,17 +1,7 @@
 """The ``task=calibrate`` and ``task=validate`` entry points called by cbsim.app.
 
-Settings under ``extra`` (conf/experiment/calibrate.yaml and validate.yaml document them):
-
-calibrate: ``profile`` (name of the profile written, default ``<hardware.name>_calibrated``),
-``install`` (also write it to the package's conf/hardware/ so ``hardware=<profile>`` selects it).
-
-validate: ``holdout``: ``workload`` (default), ``engine`` or ``run`` (``loo``): each run predicted by a
-profile fitted on the other runs of its recording session (all sessions when ``by_session`` is
-false) less every run of its workload, of its engine, or only itself (validate.leave_out),
-``fit_on`` (a fixed calibration set, paths or globs: runs in it are reported in-sample, the others
-held out) or ``profile`` (the composed ``hardware`` as it is, e.g. ``hardware=h200_calibrated``;
-runs named in that profile's ``source`` are reported in-sample). ``report`` (default true):
-write validation.html.
+Each task declares the ``extra`` keys it reads (``EXTRA_KEYS``; conf/experiment/calibrate.yaml
+and validate.yaml set them, docs/validation.md explains them); the app refuses any other.
 """
 
 from __future__ import annotations
@@ -21,21 +11,46 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from cbsim.calibration.calibrate import FitOptions, calibrate
+from cbsim.calibration.profile import write_profile
+from cbsim.calibration.recordings import Recorded, label, load, recordings_root, resolve_traces
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.rundir import atomic_write_text
 from cbsim.trace import write_trace
-from cbsim.validation.calibrate import calibrate
-from cbsim.validation.profile import write_profile
-from cbsim.validation.traces import Recorded, label, load, resolve_traces
-from cbsim.validation.validate import (
-    LEAVE_OUT,
-    error_table,
-    leave_out,
-    summary,
-    validate_run,
-)
+from cbsim.validation.holdout import LEAVE_OUT, leave_out
+from cbsim.validation.report import write_validation_report
+from cbsim.validation.runs import RunResult, error_table, validate_run
+from cbsim.validation.speedup import speedup_table, speedups
+from cbsim.validation.summary import summary
 
 log = logging.getLogger("cbsim")
-# run / workload / engine: leave that out of each run's profile (validate.leave_out); loo = run
+
+_SHARED = {
+    "recordings": "the recordings directory (absolute, or relative to the working directory); "
+    "relative trace paths are tried against it after the working directory",
+    "forward_samples": "forward spans used per trace by the forward fit (8 or more)",
+    "starts": "starts of the forward fit, the best kept (1, 2 or 3)",
+}
+# task -> the extra keys it accepts, each with what it does
+EXTRA_KEYS: dict[str, dict[str, str]] = {
+    "calibrate": {
+        **_SHARED,
+        "profile": "name of the profile written (default <hardware.name>_calibrated)",
+        "install": "also install it into the user config directory ($CBSIM_CONFIG_DIR, else "
+        "~/.config/cbsim), where hardware=<profile> finds it",
+    },
+    "validate": {
+        **_SHARED,
+        "holdout": "what each run's profile has not seen: workload, engine, model, call, run "
+        "(loo), or fit_on (a fixed set) | profile (hardware as composed)",
+        "same_stack": "fit on runs of the held-out run's stack only (one runtime version)",
+        "fit_on": "holdout=fit_on: the calibration set (paths or globs)",
+        "jobs": "worker processes for the fits (0: one per CPU)",
+        "progress": "show a progress bar with an ETA on stderr",
+        "report": "write validation.html",
+        "save_sim_traces": "also write each simulated trace",
+    },
+}
 HOLDOUTS = (*LEAVE_OUT, "loo", "fit_on", "profile")
 
 
@@ -48,10 +63,33 @@ def run_validation_task(
             f"task={config.task} needs traces: trace=[path,...] (paths or globs; "
             "+experiment=calibrate / validate set the recorded ones)"
         )
-    recs = runtime_traces(load(resolve_traces(list(config.trace))))
+    root = recordings_root(config.extra.get("recordings"))
+    recs = runtime_traces(load(resolve_traces(list(config.trace), root), root))
     if config.task == "calibrate":
         return run_calibrate(config, recs, run_dir)
-    return run_validate(config, recs, run_dir)
+    return run_validate(config, recs, run_dir, root)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Indented JSON, numpy scalars as numbers, written atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, default=_number) + "\n")
+
+
+def _number(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def fit_options(extra: dict[str, Any]) -> FitOptions:
+    defaults = FitOptions()
+    try:
+        return FitOptions(
+            forward_samples=int(extra.get("forward_samples", defaults.forward_samples)),
+            starts=int(extra.get("starts", defaults.starts)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"extra.{exc}") from None
 
 
 def runtime_traces(recs: list[Recorded]) -> list[Recorded]:
@@ -78,18 +116,17 @@ def runtime_traces(recs: list[Recorded]) -> list[Recorded]:
 def run_calibrate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> dict[str, Any]:
     extra = config.extra
     name = str(extra.get("profile") or f"{config.hardware.name}_calibrated")
-    sessions = sorted({r.session for r in recs})
-    if len(sessions) > 1:
+    stacks = sorted({r.stack for r in recs})
+    if len(stacks) > 1:
         log.warning(
-            "the traces come from %d recording sessions (%s): one profile over runtime "
-            "versions that cost differently; fit one session with "
-            "trace=[experiments/runtime/<session>/**/trace_*.json.gz]",
-            len(sessions),
-            ", ".join(sessions),
+            "the traces come from %d stacks (%s): one profile over runtime versions that cost "
+            "differently; fit one with trace=[<session>/**/trace_*.json.gz]",
+            len(stacks),
+            ", ".join(stacks),
         )
-    cal = calibrate(recs, config.hardware, name)
+    cal = calibrate(recs, config.hardware, name, fit_options(extra))
     paths = write_profile(cal, config.hardware.name, run_dir, bool(extra.get("install", False)))
-    (run_dir / "calibration.json").write_text(json.dumps(cal.as_dict(), indent=2, default=float))
+    write_json(run_dir / "calibration.json", cal.as_dict())
     if config.output.print_table:
         print(f"calibrated {name} on {len(recs)} trace(s); residuals (predicted vs recorded):")
         print(cal.table())
@@ -102,29 +139,22 @@ def run_calibrate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> d
     }
 
 
-def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> dict[str, Any]:
-    extra = config.extra
-    holdout = str(extra.get("holdout", "workload"))
-    if holdout not in HOLDOUTS:
-        raise ConfigError(f"extra.holdout={holdout!r}; allowed: {', '.join(HOLDOUTS)}")
-    fit_on_patterns = list(extra.get("fit_on") or [])
-    name = f"{config.hardware.name}_calibrated"
-    if holdout == "loo":
-        holdout = "run"
-    if holdout in LEAVE_OUT and len(recs) < 2:
-        log.warning(
-            "one trace: nothing to hold out; validating with hardware=%s as it is",
-            config.hardware.name,
-        )
-        holdout = "profile"
+def held_out_results(
+    config: CbsimConfig, recs: list[Recorded], holdout: str, root: Path
+) -> list[RunResult]:
+    """Each run simulated with the profile the holdout gives it."""
+    extra, name = config.extra, f"{config.hardware.name}_calibrated"
+    options = fit_options(extra)
     if holdout in LEAVE_OUT:
-        by_session = bool(extra.get("by_session", True))
-        results, _ = leave_out(recs, config.hardware, name, holdout, by_session)
-    elif holdout == "fit_on":
-        if not fit_on_patterns:
+        same_stack = bool(extra.get("same_stack", True))
+        jobs, show = int(extra.get("jobs", 0)), bool(extra.get("progress", True))
+        return leave_out(recs, config.hardware, name, holdout, same_stack, options, jobs, show)[0]
+    if holdout == "fit_on":
+        patterns = list(extra.get("fit_on") or [])
+        if not patterns:
             raise ConfigError("extra.holdout=fit_on needs extra.fit_on=[path,...]")
-        fit_recs = runtime_traces(load(resolve_traces(fit_on_patterns)))
-        cal = calibrate(fit_recs, config.hardware, name)
+        fit_recs = runtime_traces(load(resolve_traces(patterns, root), root))
+        cal = calibrate(fit_recs, config.hardware, name, options)
         fitted = {r.path.resolve() for r in fit_recs}
         names = [r.name for r in fit_recs]
         results = [
@@ -133,33 +163,74 @@ def run_validate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> di
         for r in results:
             r.fit_table = cal.table()
             r.held_out_by = "fit_on" if r.held_out else ""
-    else:
-        source = config.hardware.source
-        results = [validate_run(r, config.hardware, label(r.path) not in source, []) for r in recs]
-        for r in results:
-            r.held_out_by = "profile" if r.held_out else ""
+        return results
+    source = config.hardware.source
+    results = [
+        validate_run(r, config.hardware, label(r.path, r.root) not in source, []) for r in recs
+    ]
+    for r in results:
+        r.held_out_by = "profile" if r.held_out else ""
+    return results
+
+
+def chosen_holdout(extra: dict[str, Any], recs: list[Recorded]) -> str:
+    holdout = str(extra.get("holdout", "workload"))
+    if holdout not in HOLDOUTS:
+        raise ConfigError(f"extra.holdout={holdout!r}; allowed: {', '.join(HOLDOUTS)}")
+    holdout = "run" if holdout == "loo" else holdout
+    if holdout in LEAVE_OUT and len(recs) < 2:
+        log.warning("one trace: nothing to hold out; validating with the composed hardware")
+        return "profile"
+    return holdout
+
+
+def run_validate(
+    config: CbsimConfig, recs: list[Recorded], run_dir: Path, root: Path
+) -> dict[str, Any]:
+    extra = config.extra
+    holdout = chosen_holdout(extra, recs)
+    results = held_out_results(config, recs, holdout, root)
+    pairs = speedups(results)
     out = {
         "task": "validate",
         "holdout": holdout,
         "hardware_base": config.hardware.name,
-        "summary": summary(results),
+        "summary": summary(results, pairs),
+        "speedups": [p.as_dict() for p in pairs],
         "runs": [r.as_dict() for r in results],
     }
-    (run_dir / "validation.json").write_text(json.dumps(out, indent=2, default=float))
+    write_json(run_dir / "validation.json", out)
     if extra.get("save_sim_traces", False):
         for r in results:
             write_trace(r.sim_trace, run_dir / f"sim_{r.rec.name.replace('/', '_')}.json.gz")
     if extra.get("report", True):
-        from cbsim.validation.report import write_validation_report
-
-        write_validation_report(results, out, run_dir / "validation.html")
+        write_validation_report(results, pairs, out, run_dir / "validation.html")
     if config.output.print_table:
-        print(f"validation ({holdout}): error of the simulator vs the recorded run")
-        print(error_table(results))
-        s = out["summary"]
-        print(
-            f"targets on held-out runs: total {s['targets']['total_time_pct']}%, idle "
-            f"{s['targets']['gpu_idle_pp']} pp, step p50 {s['targets']['step_p50_pct']}% -> "
-            f"{s['held_out_within_target']} of {s['held_out_runs']} held-out runs within"
-        )
+        print_tables(holdout, results, pairs, out["summary"])
     return out
+
+
+def print_tables(holdout: str, results: list[RunResult], pairs: list, s: dict[str, Any]) -> None:
+    held = "held out" if holdout not in ("profile", "fit_on") else "with the given profile"
+    if pairs:
+        print(f"async speedup per workload ({holdout}), recorded vs predicted:")
+        print(speedup_table(pairs))
+        sp = s["speedup"]
+        print(
+            f"{sp['within_target']} of {sp['workloads']} held-out workloads within "
+            f"{sp['target_points']:g} point"
+        )
+    print(f"validation ({holdout}): error of the simulator vs the recorded run ({held})")
+    print(error_table(results))
+    t = s["targets"]
+    print(
+        f"targets on held-out runs: total {t['total_time_pct']}%, idle {t['gpu_idle_pp']} pp, "
+        f"step p50 {t['step_p50_pct']}% -> {s['held_out_within_target']} of "
+        f"{s['held_out_runs']} held-out runs within"
+    )
+    if s.get("bands"):
+        b = s["bands"]
+        print(
+            f"bands: {b['coverage']:.0%} of {b['runs']} held-out runs inside P5-P95; median "
+            f"idle half-width {b['idle_half_width_pp_median']:.2f} pp"
+        )

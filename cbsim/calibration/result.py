@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from cbsim.calibration.fit import Fit
 from cbsim.config.schema import HardwareConfig
-from cbsim.validation.fit import Fit
 
 
 @dataclass

@@ -7,12 +7,13 @@ import dataclasses
 
 import numpy as np
 
+from cbsim.calibration.fit import Fit, linear_fit
+from cbsim.calibration.recordings import Recorded, forward_steps
+from cbsim.calibration.result import Calibration, Row, label_out, outliers, set_quantile
+from cbsim.calibration.steps import samples_by_step, step_shapes
 from cbsim.costs import CostModel
 from cbsim.sim.streams import LaunchQueue
 from cbsim.trace import schema as S
-from cbsim.validation.fit import Fit, linear_fit
-from cbsim.validation.result import Calibration, Row, label_out, outliers, set_quantile
-from cbsim.validation.traces import Recorded, forward_steps, samples_by_step, step_shapes
 
 # what SimEngine.launch enqueues per step besides the forward: two copies (H2D, D2H) and five
 # event operations (record h2d_done, wait on it, record compute_done, wait on it, record d2h_done)
@@ -66,7 +67,7 @@ def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
             sp = rec.spans
             p = sp[(sp.lane == S.HOST) & (sp.name == phase)]
             if phase == S.UPDATE:
-                tokens = p.step.map(samples_by_step(rec)).fillna(0).to_numpy()
+                tokens = p.step.map(samples_by_step(rec.forward)).fillna(0).to_numpy()
             else:
                 tokens = p.query_tokens.to_numpy()
             # the update index each span falls at (the stall period is counted in updates)
@@ -227,7 +228,7 @@ def step_kernels_and_queue(
     cm = CostModel(rec.config)
     queue = LaunchQueue(depth)
     kernels, free = {}, {}
-    for shape, r in zip(step_shapes(rec, fwd), fwd.itertuples()):
+    for shape, r in zip(step_shapes(fwd, rec.batches), fwd.itertuples()):
         n = cm.step_kernels(shape, shape.kind == "decode" or bool(r.graph)) + bool(r.carry)
         kernels[int(r.step)] = n
         free[int(r.step)] = queue.push(float(r.ts), float(r.end), 1 if r.graph else n)

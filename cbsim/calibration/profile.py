@@ -1,21 +1,26 @@
-"""Write a calibrated hardware profile as a Hydra config file (conf/hardware/<name>.yaml), every
-value commented with where it came from: fitted (on how many spans, at what residual) or kept."""
+"""Write a calibrated hardware profile as a Hydra config file, every value commented with where it
+came from: fitted (on how many spans, at what residual) or kept. It goes to the run directory;
+installed (when asked) into the user's config directory, which conf/config.yaml's
+hydra.searchpath names, so ``hardware=<name>`` selects it from then on."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
 import json
+import os
 from pathlib import Path
 
 import yaml
 
 import cbsim.conf
+from cbsim.calibration.result import Calibration
 from cbsim.config.errors import ConfigError
-from cbsim.validation.calibrate import Calibration
-from cbsim.validation.traces import label
+from cbsim.rundir import atomic_write_text
 
+# the shipped presets (never shadowed) and the variable naming the user's profile directory
 CONF_HARDWARE = Path(cbsim.conf.__file__).resolve().parent / "hardware"
+USER_CONFIG_ENV = "CBSIM_CONFIG_DIR"
 HOST_PHASES = ("schedule", "prepare", "update")
 # what each fitted term is called in the residual rows (us_per_byte_* map to bandwidths)
 ROW_ALIASES = {"h2d_bandwidth": "us_per_byte_h2d", "d2h_bandwidth": "us_per_byte_d2h"}
@@ -50,7 +55,7 @@ def profile_yaml(cal: Calibration, base_name: str) -> str:
     """Every HardwareConfig field (so a field added to the schema later is carried over too),
     each commented with its origin."""
     hw, origin = cal.hardware, _origin(cal)
-    traces = ", ".join(label(t) for t in cal.traces)
+    traces = ", ".join(cal.traces)
     lines = [
         f"# {hw.name}: calibrated by `python -m cbsim +experiment=calibrate` on "
         f"{_dt.date.today().isoformat()}",
@@ -90,21 +95,27 @@ def profile_yaml(cal: Calibration, base_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def user_config_dir() -> Path:
+    """$CBSIM_CONFIG_DIR, else ~/.config/cbsim: the directory conf/config.yaml's
+    hydra.searchpath adds, so its hardware/<name>.yaml is selectable as hardware=<name>."""
+    value = os.environ.get(USER_CONFIG_ENV)
+    return Path(value).expanduser() if value else Path.home() / ".config" / "cbsim"
+
+
 def write_profile(cal: Calibration, base_name: str, run_dir: Path, install: bool) -> list[Path]:
-    """<run_dir>/<name>.yaml, and conf/hardware/<name>.yaml too when ``install``."""
+    """<run_dir>/<name>.yaml, and <user config dir>/hardware/<name>.yaml too when ``install``."""
     name = cal.hardware.name
     if not name.replace("_", "").replace("-", "").isalnum():
-        raise ConfigError(f"profile name {name!r}: use letters, digits, '_' and '-' only")
+        raise ConfigError(f"extra.profile={name!r}: use letters, digits, '_' and '-' only")
     text = profile_yaml(cal, base_name)
     paths = [Path(run_dir) / f"{name}.yaml"]
     if install:
-        if name in ("h200", "h100"):
+        if (CONF_HARDWARE / f"{name}.yaml").exists():
             raise ConfigError(
-                f"extra.profile={name} would overwrite a shipped preset; pick "
-                "another name, e.g. extra.profile=h200_calibrated"
+                f"extra.profile={name}: a shipped preset has that name (it would shadow the "
+                "installed one); pick another name, e.g. extra.profile=h200_mine"
             )
-        paths.append(CONF_HARDWARE / f"{name}.yaml")
+        paths.append(user_config_dir() / "hardware" / f"{name}.yaml")
     for p in paths:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
+        atomic_write_text(p, text)
     return paths

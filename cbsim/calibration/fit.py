@@ -24,6 +24,9 @@ COLLINEAR_TOL = 1e-4
 # sensitivity: a bias of about RIDGE**2 on what the data determines
 RIDGE = 1e-4
 RIDGE_COLLINEAR = 0.03
+# curve_fit stops when this many iterations in a row lowered the best cost by less than this share:
+# a roofline assignment flipping back and forth at the optimum moves theta without gaining
+STALL_ITERS, STALL_GAIN = 3, 1e-9
 
 
 @dataclass
@@ -165,7 +168,7 @@ def curve_fit(
     Made for piecewise-linear models such as a sum of rooflines: within one assignment of
     rooflines to their bound (compute or memory) the model is linear, so each step solves the
     linearised problem exactly (bounded least squares) and the loop ends when no roofline
-    changes side. The Jacobian is by finite differences. Every parameter is free; a ridge towards
+    changes side (or stops gaining, ``STALL_ITERS``). The Jacobian is by finite differences. Every parameter is free; a ridge towards
     the start values keeps those the data cannot tell apart where they were (faint, ``RIDGE``,
     for terms independent of the earlier ones; firmer, ``RIDGE_COLLINEAR``, for a term collinear
     with earlier ones), and the bounds may still determine a collinear one (a per-token term
@@ -192,6 +195,7 @@ def curve_fit(
     m = model(theta)
     best = (float(np.sum(((m - y) * w) ** 2)), theta.copy(), m)
     seen: set[int] = set()  # determined by the data in some iteration
+    stalled = 0  # iterations in a row that did not lower the best cost
     for _ in range(iters):
         J = jac(theta, m)
         Jw = J * w[:, None]
@@ -211,11 +215,12 @@ def curve_fit(
         new = _bounded_lstsq(A, b, theta, active, lo, hi)
         m_new = model(new)
         cost = float(np.sum(((m_new - y) * w) ** 2))
+        stalled = stalled + 1 if cost >= best[0] * (1 - STALL_GAIN) else 0
         if cost < best[0]:
             best = (cost, new.copy(), m_new)
         moved = np.max(np.abs(new - theta) / np.maximum(np.abs(theta), 1e-9))
         theta, m = new, m_new
-        if moved < 1e-10:
+        if moved < 1e-10 or stalled >= STALL_ITERS:
             break
     _, theta, m = best
     moved = np.abs(theta - start) > 0.01 * np.maximum(np.abs(start), 1e-3)

@@ -1,0 +1,53 @@
+"""Fit the simulator's cost model (cbsim.costs) to recorded traces.
+
+Every fitted number is a HardwareConfig field, and every prediction goes through the simulator's
+own ``CostModel``, so plugging the profile back in reproduces what was fitted:
+
+- forward pass (compute-lane ``forward`` / ``graph_replay`` spans, forward.py): ``CostModel.forward`` is a sum
+  of rooflines (linear layers, LM head, attention) plus ``forward_fixed_us`` and a gap per kernel;
+  its efficiencies, the fixed cost, the carry-over and the kernel gaps are fitted by bounded
+  Gauss-Newton on relative residuals (decode and prefill steps), each forward with the idle
+  time of the compute stream before it (``CostModel.idle_slowdown_us``);
+- copies: ``copy_latency_us + bytes / bandwidth`` (h2d and d2h share the latency);
+- host phases: ``fixed + per_request x requests + per_token x tokens`` (tokens: query tokens for
+  schedule and prepare, sampled tokens for update, as the simulator charges them);
+- launch: one ``graph_launch_us`` (or ``kernel_launch_us`` per kernel) plus the copy and event
+  enqueues; wait: ``sync_wake_us`` after the awaited D2H ends, ``event_us`` when nothing is
+  pending; carry-over: its span.
+
+A term the traces cannot tell apart from others (collinear, or too small to see) keeps the base
+profile's value and the table says "kept".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cbsim.calibration.forward import fit_forward
+from cbsim.calibration.host import fit_copies, fit_host_phases, fit_wait_launch
+from cbsim.calibration.options import FitOptions
+from cbsim.calibration.recordings import Recorded, label
+from cbsim.calibration.result import Calibration, Row
+from cbsim.config.schema import HardwareConfig
+
+__all__ = ["Calibration", "FitOptions", "Row", "calibrate"]
+
+
+def calibrate(
+    recs: list[Recorded],
+    base: HardwareConfig,
+    name: str | None = None,
+    options: FitOptions | None = None,
+) -> Calibration:
+    """Fit every term the traces determine, starting from (and falling back to) ``base``."""
+    hw = dataclasses.replace(
+        base, host=dataclasses.replace(base.host), gpu=dataclasses.replace(base.gpu)
+    )
+    if name:
+        hw.name = name
+    cal = Calibration(hw, traces=[label(r.path, r.root) for r in recs])
+    fit_forward(recs, cal, options or FitOptions())
+    fit_copies(recs, cal)
+    fit_host_phases(recs, cal)
+    fit_wait_launch(recs, cal)
+    return cal

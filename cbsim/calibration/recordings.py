@@ -1,0 +1,183 @@
+"""Recorded traces as calibration data: where they are, what is known about each (its manifest),
+the config it ran with, and its per-step tables, each built once per trace."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cbsim.calibration.manifest import Manifest, manifest_of
+from cbsim.calibration.run_config import config_of, replay_batches
+from cbsim.calibration.steps import forward_table, span_table
+from cbsim.config import CbsimConfig, ConfigError
+from cbsim.trace import Trace, TraceError, read_trace
+
+# where recorded runs live unless extra.recordings says otherwise (relative to the working
+# directory): a checkout's experiments/runtime/
+DEFAULT_RECORDINGS = "experiments/runtime"
+
+
+def recordings_root(value: str | os.PathLike[str] | None = None) -> Path:
+    """The recordings directory: ``value`` (absolute, or relative to the working directory)."""
+    p = Path(os.path.expanduser(str(value or DEFAULT_RECORDINGS)))
+    return p if p.is_absolute() else Path.cwd() / p
+
+
+def label(path: str | os.PathLike[str], root: Path | None = None) -> str:
+    """A trace's name in tables and profiles: its path under the recordings directory when it
+    is there (session/case/file), else its folder and file name."""
+    p = Path(path).resolve()
+    if root is not None:
+        try:
+            return str(p.relative_to(Path(root).resolve()))
+        except ValueError:
+            pass
+    return f"{p.parent.name}/{p.name}"
+
+
+def resolve_traces(patterns: list[str], root: Path | None = None) -> list[Path]:
+    """Paths or globs: absolute, relative to the working directory, or else to ``root`` (the
+    recordings directory)."""
+    root = recordings_root() if root is None else Path(root)
+    out: list[Path] = []
+    for pattern in patterns:
+        p = Path(os.path.expanduser(pattern))
+        found: list[str] = []
+        for base in (Path.cwd(), root):
+            full = p if p.is_absolute() else base / p
+            found = sorted(glob.glob(str(full), recursive=True))
+            if found or p.is_absolute():
+                break
+        if not found:
+            raise ConfigError(_not_found(pattern, root))
+        out.extend(Path(f) for f in found if Path(f) not in out)
+    return out
+
+
+def _not_found(pattern: str, root: Path) -> str:
+    if not root.is_dir():
+        return (
+            f"trace={pattern!r}: no such file in {Path.cwd()}, and the recordings directory "
+            f"{root} does not exist (recordings are expected there: run from a checkout, or "
+            "set extra.recordings=DIR, absolute or relative to the working directory)"
+        )
+    return (
+        f"trace={pattern!r}: no such file (tried relative to {Path.cwd()} and to the "
+        f"recordings directory {root}); pass trace=[path,...] with paths or globs"
+    )
+
+
+@dataclass
+class Recorded:
+    """One trace and the config it ran with."""
+
+    path: Path
+    trace: Trace
+    # the recordings directory it was found in (names and manifests are read relative to it)
+    root: Path | None = None
+
+    @property
+    def name(self) -> str:
+        n = label(self.path, self.root)
+        for suffix in (".gz", ".json"):
+            n = n.removesuffix(suffix)
+        return n
+
+    @cached_property
+    def manifest(self) -> Manifest:
+        """What is known about the recording (manifest.yaml files beside it)."""
+        return manifest_of(self.path, self.root)
+
+    @property
+    def session(self) -> str:
+        """The recording session (experiments/runtime/<session>/...)."""
+        return self.manifest.session
+
+    @property
+    def stack(self) -> str:
+        """One runtime version on one device host: runs of one stack may be fitted together."""
+        return self.manifest.stack
+
+    @property
+    def call(self) -> str:
+        """The device call that recorded the run."""
+        return self.manifest.call
+
+    @property
+    def model_key(self) -> str:
+        """Runs of one model shape (its weights' source aside)."""
+        model = dataclasses.asdict(self.config.model)
+        model.pop("path", None)
+        return repr(model)
+
+    @property
+    def workload_key(self) -> str:
+        """Runs of one workload: the same requests and batching limits (the engine aside)."""
+        return repr(dataclasses.asdict(self.config.workload))
+
+    @property
+    def engine(self) -> str:
+        return self.trace.engine or self.config.engine.name
+
+    @cached_property
+    def config(self) -> CbsimConfig:
+        """The run config, with what the runtime reports it actually did (its graph buckets,
+        whether graphs ran at all) in place of what was asked for."""
+        cfg = config_of(self.trace, str(self.path))
+        other, eng = self.trace.other_data, cfg.engine
+        buckets = other.get("graph_buckets")
+        if isinstance(buckets, list) and buckets and all(isinstance(b, int) for b in buckets):
+            eng = dataclasses.replace(eng, graph_batch_sizes=sorted(buckets))
+        if isinstance(other.get("cuda_graphs"), bool):
+            eng = dataclasses.replace(eng, cuda_graphs=other["cuda_graphs"])
+        return dataclasses.replace(cfg, engine=eng)
+
+    @cached_property
+    def spans(self) -> pd.DataFrame:
+        return span_table(self.trace)
+
+    @cached_property
+    def forward(self) -> pd.DataFrame:
+        """The forward spans with what ran with them (``steps.forward_table``), built once per
+        trace and shared by every fit: read it, never change it in place."""
+        return forward_table(self.spans, self.trace.source, self.engine)
+
+    @cached_property
+    def batches(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per step, the batch's per-request query and context lengths, by replaying the shared
+        scheduler on the recorded workload (offline workloads: the batches do not depend on
+        time). Steps whose totals disagree with the trace's args are left out."""
+        replayed = replay_batches(self.config, self.engine) or {}
+        fwd = self.forward
+        out = {}
+        for r in fwd.itertuples():
+            got = replayed.get(int(r.step))
+            if got is None:
+                continue
+            q, ctx = got
+            if (len(q), int(q.sum()), int(ctx.sum())) == (r.requests, r.query_tokens, r.kv_tokens):
+                out[int(r.step)] = got
+        return out
+
+
+def load(paths: list[Path], root: Path | None = None) -> list[Recorded]:
+    """The traces (normalised on read), with ``root`` the recordings directory they are in."""
+    out = []
+    for p in paths:
+        try:
+            out.append(Recorded(p, read_trace(p), root))
+        except TraceError as exc:
+            raise ConfigError(str(exc)) from None
+    return out
+
+
+def forward_steps(rec: Recorded) -> pd.DataFrame:
+    """The run's forward table (cached on the run)."""
+    return rec.forward

@@ -1,0 +1,105 @@
+"""A recorded run's config, as the run had it: from otherData.config, or composed again from the
+overrides it recorded; and the batches the shared scheduler gave it, replayed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.schema import HardwareConfig
+from cbsim.trace import Trace
+
+
+def config_of(trace: Trace, where: str = "trace") -> CbsimConfig:
+    """The run config a trace recorded in otherData.config, as typed objects."""
+    raw = trace.other_data.get("config")
+    overrides = trace.other_data.get("config_overrides")
+    if not isinstance(raw, dict) and isinstance(overrides, list):
+        raw = compose_overrides([str(o) for o in overrides], where)
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{where}: otherData.config is missing; it is needed to re-simulate "
+            "the run (traces written by python -m cbsim carry it)"
+        )
+    raw = {k: v for k, v in raw.items() if k != "hydra"}
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(CbsimConfig), raw)
+        obj = OmegaConf.to_object(merged)
+    except (OmegaConfBaseException, ConfigError) as exc:
+        raise ConfigError(f"{where}: otherData.config does not fit the schema ({exc})") from None
+    return obj
+
+
+def compose_overrides(overrides: list[str], where: str = "trace") -> dict[str, Any]:
+    """The config ``python -m cbsim <overrides>`` would compose (for traces that recorded their
+    overrides, otherData.config_overrides, rather than the resolved config). Works inside a
+    running Hydra app too: its global state is set aside and put back."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    from cbsim.config.store import register_configs
+
+    register_configs()
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        return OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{where}: otherData.config_overrides do not compose ({exc})") from None
+    finally:
+        if backup is not None or GlobalHydra in _singletons():
+            restore_gh_from_backup(backup)
+
+
+def _singletons() -> dict:
+    from hydra.core.singleton import Singleton
+
+    return Singleton._instances
+
+
+def replay_batches(
+    config: CbsimConfig, engine: str
+) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """Step -> (query_lens, context_lens) from the shared scheduler, driven in the engine's order
+    (async: batch N+1 scheduled before N's update); None for online (Poisson) workloads."""
+    from cbsim.scheduler import Scheduler, default_num_kv_blocks, run_to_completion
+    from cbsim.workload import make_requests
+
+    w = config.workload
+    if w.arrival != "offline":
+        return None
+    requests = make_requests(w, config.model.vocab_size)
+    sched = Scheduler(w, default_num_kv_blocks(w, requests))
+    sched.add_all(requests)
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def keep(batch, _prev) -> None:
+        out[int(batch.step)] = (np.array(batch.query_lens), np.array(batch.context_lens))
+
+    try:
+        run_to_completion(
+            sched,
+            lambda b: np.ones(b.num_samples, dtype=np.int64),
+            overlap=engine == "async",
+            on_batch=keep,
+        )
+    except (RuntimeError, ValueError):
+        return None
+    return out
+
+
+def hardware_from(data: dict[str, Any]) -> HardwareConfig:
+    """A HardwareConfig from a profile's dict (a YAML file's content, defaults list dropped)."""
+    data = {k: v for k, v in data.items() if k != "defaults"}
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(HardwareConfig), data))
+    except (OmegaConfBaseException, ConfigError) as exc:
+        raise ConfigError(f"hardware profile does not fit the schema ({exc})") from None

@@ -1,0 +1,127 @@
+"""How the simulator is compared with a recorded run: the recorded config re-simulated with a
+profile, the simulated trace timed as the runtime's events time it, and both measured by the same
+metrics code. Errors: total time, step time p50/p99, TTFT and TPOT p50 in percent of the recorded
+value; GPU idle in percentage points.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from cbsim.calibration.recordings import Recorded
+from cbsim.config.schema import HardwareConfig
+from cbsim.metrics import compute_metrics
+from cbsim.sim import run
+from cbsim.trace import Trace
+from cbsim.trace import schema as S
+
+PCT_ERRORS = {
+    "total_time_pct": "total_time_s",
+    "steady_time_pct": "steady_time_s",
+    "decode_time_pct": "decode_time_s",
+    "step_p50_pct": "step_time_ms_p50",
+    "step_p99_pct": "step_time_ms_p99",
+    "ttft_p50_pct": "ttft_ms_p50",
+    "tpot_p50_pct": "tpot_ms_p50",
+}
+
+
+def errors(real: dict[str, Any], sim: dict[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key, metric in PCT_ERRORS.items():
+        r, s = real.get(metric), sim.get(metric)
+        out[key] = 100.0 * (s - r) / r if r and s is not None else None
+    for key, metric in (
+        ("gpu_idle_pp", "gpu_idle_fraction"),
+        ("steady_idle_pp", "steady_gpu_idle_fraction"),
+    ):
+        r, s = real.get(metric), sim.get(metric)
+        out[key] = 100.0 * (s - r) if r is not None and s is not None else None
+    return out
+
+
+def decode_time_s(trace: Trace) -> float | None:
+    """The summed step times of decode steps (step time as in metrics: between consecutive
+    forward ends): the steady state, without prefill and whatever cold start it carries."""
+    sp = trace.spans
+    lane = S.COMPUTE if (sp.lane == S.COMPUTE).any() else S.DEFAULT
+    fwd = sp[(sp.lane == lane) & sp.name.isin(S.FORWARD_NAMES)]
+    if fwd.empty:
+        return None
+    steps = fwd.groupby("step").agg(end=("end", "max"), kind=("kind", "first")).sort_values("end")
+    dt = steps.end.diff()
+    return float(dt[steps.kind == "decode"].sum()) / 1e6
+
+
+def covered_us(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Time covered by intervals sorted by start (overlaps counted once)."""
+    if not len(starts):
+        return 0.0
+    running = np.maximum.accumulate(ends)
+    new = np.r_[True, starts[1:] > running[:-1]]
+    block = np.cumsum(new) - 1
+    block_end = np.zeros(block[-1] + 1)
+    np.maximum.at(block_end, block, ends)
+    return float((block_end - starts[new]).sum())
+
+
+def steady_metrics(trace: Trace) -> dict[str, float | None]:
+    """Total time and GPU idle from the end of the first forward to the end of the run."""
+    sp = trace.spans
+    lane = S.COMPUTE if (sp.lane == S.COMPUTE).any() else S.DEFAULT
+    fwd = sp[(sp.lane == lane) & sp.name.isin(S.FORWARD_NAMES)]
+    if fwd.empty:
+        return {"steady_time_s": None, "steady_gpu_idle_fraction": None}
+    t0 = float(fwd[fwd.step == fwd.step.min()].end.max())
+    end = float(sp.end.max())
+    inst = trace.instants
+    if not inst.empty:
+        end = max(end, float(inst.ts.max()))
+    gpu = sp[sp.lane == lane].sort_values("ts")
+    starts, ends = np.maximum(gpu.ts.to_numpy(), t0), gpu.end.to_numpy()
+    keep = ends > t0
+    busy = covered_us(starts[keep], ends[keep])
+    window = end - t0
+    return {
+        "steady_time_s": window / 1e6,
+        "steady_gpu_idle_fraction": 1.0 - busy / window if window > 0 else None,
+    }
+
+
+def measure(trace: Trace) -> dict[str, Any]:
+    m = compute_metrics(trace)
+    m["decode_time_s"] = decode_time_s(trace)
+    m.update(steady_metrics(trace))
+    return m
+
+
+def simulate_like(rec: Recorded, hw: HardwareConfig) -> Trace:
+    """The recorded run's config, in the simulator, with ``hw``, timed as the runtime times it."""
+    cfg = rec.config
+    cfg = dataclasses.replace(cfg, hardware=hw, mode=dataclasses.replace(cfg.mode, name="sim"))
+    trace = run(cfg, rec.engine)
+    return event_timed(trace) if rec.trace.source == "runtime" else trace
+
+
+def event_timed(trace: Trace) -> Trace:
+    """The simulated trace as the runtime's CUDA events would have timed it: an eager forward's
+    span starts at its marker, before the host has launched its kernels, so the time the stream
+    waited for those launches (``launch_bound_us``) is inside the span, not idle before it."""
+    lane = {k: v for k, v in trace.lane_of.items() if v == S.COMPUTE}
+    events = [dict(e) for e in trace.events]
+    first: dict[int, dict] = {}  # step -> its first span on the compute lane
+    for e in events:
+        if e.get("ph") == "X" and (e["pid"], e["tid"]) in lane:
+            step = e.get("args", {}).get("step")
+            if step is not None and (step not in first or e["ts"] < first[step]["ts"]):
+                first[step] = e
+    for e in events:
+        wait = e.get("args", {}).get("launch_bound_us") if e.get("ph") == "X" else None
+        if wait and (e["pid"], e["tid"]) in lane:
+            head = first[e["args"]["step"]]
+            head["ts"] -= wait
+            head["dur"] += wait
+    return Trace(events, trace.other_data)
