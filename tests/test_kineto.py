@@ -211,3 +211,19 @@ def test_corrupt_gzip_and_overlapping_stream_rejected(tmp_path):
     ]
     with pytest.raises(TraceError, match="overlap"):
         import_kineto(_write(tmp_path, {"traceEvents": ev}))
+
+
+def test_per_kernel_gpu_time_by_kind_of_step():
+    """transformers' own engine: the top kernel of its graph-replayed steps is cuDNN's SDPA, and
+    every kernel of the file is in the table once."""
+    trace = import_kineto(DATA / "kineto_h200_transformers_cb.json.gz")
+    table = trace.other_data["kineto"]["kernels"]
+    assert table[S.GRAPH_REPLAY]["steps"] == 22 and table[S.FORWARD]["steps"] == 1
+    top = table[S.GRAPH_REPLAY]["top"][0]
+    assert "sdpa" in top["name"] and 0.3 < top["share"] < 1.0
+    for g in table.values():
+        shares = [k["share"] for k in g["top"]]
+        assert shares == sorted(shares, reverse=True) and sum(shares) <= 1.0 + 1e-6
+    raw = _raw(DATA / "kineto_h200_transformers_cb.json.gz")
+    kernel_us = sum(e["dur"] for e in raw["traceEvents"] if e.get("cat") == "kernel")
+    assert sum(g["kernel_us"] for g in table.values()) == pytest.approx(kernel_us, rel=1e-6)

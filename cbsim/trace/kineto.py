@@ -56,6 +56,10 @@ KINETO_CATS = set(HOST_CATS) | set(GPU_CATS) | {"gpu_user_annotation", "python_f
 SYNC_CALLS = re.compile(r"^cuda(Stream|Event|Device)Synchronize$")
 GRAPH_LAUNCH = "cudaGraphLaunch"
 MAX_NAME = 120
+# the per-kernel table (otherData.kineto.kernels): how many names per kind of step, how long
+TOP_KERNELS = 20
+MAX_KERNEL_NAME = 240
+OUTSIDE_STEPS = "outside steps"
 
 
 def import_kineto(
@@ -290,7 +294,46 @@ def _gpu_spans(
         spans.append((lane, _gpu_name(e), e["ts"] - t0, e["dur"], {"step": step, **extra}))
     for lane, name, ts, dur, args in _settle(spans):
         b.span(lane, name, ts, dur, **args)
+    b.other_data["kineto"]["kernels"] = kernel_table(ordered, loose)
     return len(ordered)
+
+
+def kernel_table(ordered: list[dict[str, Any]], loose: list, top: int = TOP_KERNELS) -> dict:
+    """GPU time per kernel name, per kind of step (``graph_replay`` / ``forward``: how the step
+    ran) and ``outside steps`` (kernels on any stream no step holds): for each kind its steps,
+    its kernel time and the ``top`` kernels by time with their share of that kind's time."""
+    groups: dict[str, dict[str, Any]] = {}
+    for f in ordered:
+        kind = S.GRAPH_REPLAY if f["graph"] else S.FORWARD
+        g = groups.setdefault(kind, {"steps": 0, "kernels": []})
+        g["steps"] += 1
+        g["kernels"].extend(e for e in f.get("members", []) if e["cat"] == "kernel")
+    rest = [e for e, _lane, _step in loose if e["cat"] == "kernel"]
+    if rest:
+        groups[OUTSIDE_STEPS] = {"steps": 0, "kernels": rest}
+    out = {}
+    for kind, g in groups.items():
+        time_by: Counter[str] = Counter()
+        calls: Counter[str] = Counter()
+        for e in g["kernels"]:
+            name = e["name"][:MAX_KERNEL_NAME]
+            time_by[name] += e["dur"]
+            calls[name] += 1
+        busy = sum(time_by.values())
+        out[kind] = {
+            "steps": g["steps"],
+            "kernel_us": round(busy, 3),
+            "top": [
+                {
+                    "name": name,
+                    "us": round(us, 3),
+                    "share": round(us / busy, 6) if busy > 0 else 0.0,
+                    "calls": calls[name],
+                }
+                for name, us in time_by.most_common(top)
+            ],
+        }
+    return out
 
 
 def _settle(spans: list[tuple]) -> list[tuple]:
@@ -317,6 +360,7 @@ def _absorb(ordered: list[dict[str, Any]], loose: list) -> list:
         if lane == S.COMPUTE and i >= 0 and e["ts"] + e["dur"] <= ordered[i]["end"]:
             ordered[i]["kernels"] += 1
             ordered[i]["busy"] += e["dur"]
+            ordered[i].setdefault("members", []).append(e)
             continue
         keep.append((e, lane, step))
     return keep
