@@ -103,13 +103,7 @@ def main(argv: list[str]) -> int:
     try:
         metrics = report_traces([Path(a) for a in argv], out)
     except TraceError as exc:
-        print(f"cbsim.report: {exc}", file=sys.stderr)
-        if "otherData" in str(exc):
-            print(
-                "a raw torch.profiler (Kineto) trace? import it first: python -m "
-                "cbsim.trace.kineto IN OUT.json.gz",
-                file=sys.stderr,
-            )
+        print(f"cbsim.report: {exc}", file=sys.stderr)  # one line: the file and why
         return 2
     print(format_table(metrics))
     print(f"report: {out}")

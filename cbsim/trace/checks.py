@@ -94,7 +94,10 @@ def _validate_merged(events: list[dict[str, Any]], other: dict[str, Any]) -> Tra
 
 def _check_other(other: Any) -> None:
     if not isinstance(other, dict):
-        raise TraceError('"otherData" missing: it holds the schema version and source')
+        raise TraceError(
+            '"otherData" missing: it holds the schema version and source (a raw torch.profiler '
+            "trace? import it first: python -m cbsim.trace.kineto IN OUT.json.gz)"
+        )
     if other.get("schema") != S.SCHEMA_NAME:
         raise TraceError(f"otherData.schema is {other.get('schema')!r}, expected {S.SCHEMA_NAME!r}")
     if other.get("version") != S.SCHEMA_VERSION:
