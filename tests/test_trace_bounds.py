@@ -236,3 +236,26 @@ def test_zlib_is_not_leaked(tmp_path):
 def test_a_trace_with_too_many_events_is_refused_before_parsing(tmp_path):
     path = write_trace(read_trace(RECORDED), tmp_path / "t.json")
     _refused(path, "over the limit of 100 (max_events", max_events=100)
+
+
+BAD_FILES = {
+    "not json": b"{not json",
+    "deep": b'{"traceEvents": [], "otherData": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    "raw kineto": b'{"traceEvents": []}',
+    "corrupt gzip": b"\x1f\x8b" + b"garbage" * 10,
+    "pid a list": json.dumps(
+        {**small_obj(), "traceEvents": [{"ph": "X", "pid": [1], "tid": 1, "ts": 0, "dur": 1}]}
+    ).encode(),
+}
+
+
+@pytest.mark.parametrize("label", list(BAD_FILES))
+def test_the_report_cli_prints_one_line_and_exits_2(tmp_path, capsys, label):
+    from cbsim.report.trace_report import main
+
+    path = tmp_path / ("bad.json.gz" if "gzip" in label else "bad.json")
+    path.write_bytes(BAD_FILES[label])
+    assert main([str(path), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "r.html").exists()
