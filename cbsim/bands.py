@@ -115,3 +115,23 @@ def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
     speedups = [d["sync"]["total_time_s"] / d["async"]["total_time_s"] for d in draws]
     result["speedup"] = band(speedups)
     return result
+
+
+def format_bands(bands: dict[str, Any]) -> str:
+    """The printed form of ``predict_bands``'s dict: P5 / median / P95 per line."""
+
+    def three(b: dict[str, float], fmt: str) -> str:
+        return " / ".join(fmt.format(b[q]) for q in QUANTILES)
+
+    lines = [
+        f"band: P5 / median / P95 over {bands['draws']} draws of host speed (spread "
+        f"{bands['between_calls']:g} between calls, {bands['within_run']:g} within a run)"
+    ]
+    for engine in ("sync", "async"):
+        b = bands[engine]
+        lines.append(
+            f"  {engine:5s} total {three(b['total_time_s'], '{:.3f}')} s, GPU idle "
+            f"{three({q: 100 * v for q, v in b['gpu_idle_fraction'].items()}, '{:.2f}')}%"
+        )
+    lines.append(f"  async speedup {three(bands['speedup'], 'x{:.3f}')}")
+    return "\n".join(lines)

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from conftest import make_config
 
-from cbsim.bands import predict_bands, scaled_host, speed_factors
+from cbsim.bands import format_bands, predict_bands, scaled_host, speed_factors
 from cbsim.config import ConfigError
 from cbsim.config.hardware import HostCosts, HostSpread
 from cbsim.costs import CostModel
@@ -113,3 +113,9 @@ def test_a_plain_run_is_the_same_with_or_without_a_spread_in_the_profile():
         a = compute_metrics(run(with_spread, engine))
         b = compute_metrics(run(without, engine))
         assert a == b
+
+
+def test_the_printed_band_shows_each_quantile():
+    text = format_bands(predict_bands(config(between=0.3, draws=3)))
+    assert text.startswith("band: P5 / median / P95 over 3 draws")
+    assert text.count(" / ") >= 10 and "async speedup x" in text
