@@ -51,6 +51,10 @@ def declared_extra_keys(task: str) -> dict[str, str] | None:
         from cbsim.validation.tasks import EXTRA_KEYS  # the fitters load only for these tasks
 
         return EXTRA_KEYS[task]
+    if task == "capacity":
+        from cbsim.capacity import EXTRA_KEYS as CAPACITY_KEYS
+
+        return CAPACITY_KEYS
     return None
 
 

@@ -21,7 +21,7 @@ from cbsim.config.hardware import PhaseCost as PhaseCost
 from cbsim.config.ranges import POSITIVE
 
 MODES = ("sim", "runtime")
-TASKS = ("run", "calibrate", "validate", "profile_kernels")
+TASKS = ("run", "calibrate", "validate", "profile_kernels", "capacity")
 ENGINES = ("sync", "async", "compare")
 DTYPES = ("bfloat16", "float16", "float32")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")
