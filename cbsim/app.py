@@ -127,6 +127,10 @@ def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> di
         return run_engines(config, resolved, run_dir)
     if config.task == "profile_kernels":
         return profile_kernels(config, run_dir)
+    if config.task == "capacity":
+        from cbsim.capacity import run_capacity_task
+
+        return run_capacity_task(config, run_dir)
     from cbsim.validation.tasks import run_validation_task
 
     return run_validation_task(config, resolved, run_dir)
@@ -175,15 +179,25 @@ def hydra_job(cfg: DictConfig) -> dict[str, Any] | None:
     """One job: a single run, or one job of a sweep (its config already checked up front)."""
     hydra_cfg = HydraConfig.get()
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    config = load_config(cfg)
-    config.output = config.output.decided(in_sweep)
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    metrics = run_in(run_dir, config, OmegaConf.to_container(cfg, resolve=True))
+    try:
+        config = load_config(cfg)
+        config.output = config.output.decided(in_sweep)
+        metrics = run_in(run_dir, config, OmegaConf.to_container(cfg, resolve=True))
+    except (ConfigError, RunDirError) as exc:
+        if in_sweep:
+            raise  # the job failed; the sweep reports it
+        sys.exit(_fail(one_line(exc), 2))  # before Hydra adds its own "Error executing job"
     if not in_sweep:
         report = run_dir / REPORT_FILE
         print(f"cbsim: {'report' if report.is_file() else 'metrics'}: ", end="")
         print(report if report.is_file() else run_dir / METRICS_FILE)
     return metrics
+
+
+def one_line(exc: ConfigError | RunDirError) -> str:
+    kind = "config error: " if isinstance(exc, ConfigError) else ""
+    return f"cbsim: {kind}{exc}"
 
 
 def _fail(message: str, code: int) -> int:
@@ -201,15 +215,13 @@ def main() -> int | None:
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     try:
         hydra_job()
-    except ConfigError as exc:
-        sys.exit(_fail(f"cbsim: config error: {exc}", 2))
+    except (ConfigError, RunDirError) as exc:
+        sys.exit(_fail(one_line(exc), 2))
     except (HydraException, OmegaConfBaseException) as exc:
         message = describe_hydra_error(exc)
         if message is None:
             raise
         sys.exit(_fail(f"cbsim: config error: {message}", 2))
-    except RunDirError as exc:
-        sys.exit(_fail(f"cbsim: {exc}", 2))
     except KeyboardInterrupt as exc:
         partial = getattr(exc, "cbsim_partial", None)
         kept = f"the trace so far is in {partial} (incomplete)" if partial else "no trace kept"

@@ -68,7 +68,7 @@ def _describe_key_error(cause: OmegaConfBaseException, outer: str) -> str | None
     first = str(cause).splitlines()[0].strip()
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
         allowed = ", ".join(sorted(f.name for f in dataclasses.fields(schema))) if known else "?"
-        return f"{key} is not a key here; allowed keys: {allowed}"
+        return f"{key} is not a key here; allowed: {allowed}"
     if isinstance(cause, ValidationError):
         given = outer.split("override ", 1)[-1].strip() if "override " in outer else key
         wanted = typing.get_type_hints(schema).get(leaf) if known else None

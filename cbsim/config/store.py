@@ -79,7 +79,7 @@ def _reject_unknown_keys(node: object, prefix: str) -> None:
     for key, value in vars(node).items():
         if key not in known:
             raise ConfigError(
-                f"unknown key {prefix}{key}; allowed keys here: {', '.join(sorted(known))}"
+                f"{prefix}{key}={value} is not a key here; allowed: {', '.join(sorted(known))}"
             )
         if dataclasses.is_dataclass(value):
             _reject_unknown_keys(value, f"{prefix}{key}.")
