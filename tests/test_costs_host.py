@@ -47,3 +47,12 @@ def test_the_cost_model_charges_the_profile_form():
 def test_a_bad_term_names_its_key(value):
     with pytest.raises(ConfigError, match=r"hardware\.host\.schedule\.per_request_sq_us="):
         HostCosts(schedule=PhaseCost(per_request_sq_us=value))
+
+
+def test_the_fit_columns_are_the_cost_form():
+    """PhaseCost.counts gives a fit one column per coefficient, in the form cost() charges."""
+    p = PhaseCost(3.0, 0.7, 0.11, 0.05, 0.002)
+    for r, t, b in [(1, 1, 1), (32, 32, 900), (256, 4096, 20000)]:
+        counts = PhaseCost.counts(r, t, b)
+        assert set(counts) == {f.name for f in dataclasses.fields(PhaseCost)}
+        assert sum(getattr(p, k) * v for k, v in counts.items()) == pytest.approx(p.cost(r, t, b))

@@ -65,6 +65,18 @@ class PhaseCost:
             + self.per_block_us * blocks
         )
 
+    @staticmethod
+    def counts(requests, tokens, blocks=0) -> dict[str, object]:
+        """What each coefficient multiplies (numbers or numpy arrays): the columns a least-squares
+        fit of the form uses; ``cost`` is the sum of coefficient x count."""
+        return {
+            "fixed_us": 1.0,
+            "per_request_us": requests,
+            "per_token_us": tokens,
+            "per_block_us": blocks,
+            "per_request_sq_us": requests * requests,
+        }
+
 
 @dataclass
 class HostSpread:
