@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import make_config
+from conftest import REPO, make_config
 
 from cbsim.report.trace_report import config_of, main
 from cbsim.sim import run
@@ -53,3 +53,31 @@ def _as_dict(config):
     from dataclasses import asdict
 
     return asdict(config)
+
+
+def test_two_recorded_traces_without_config_are_compared_with_names_and_units(tmp_path, capsys):
+    rec = REPO / "experiments" / "runtime" / "h200_run8" / "small_batch"
+    out = tmp_path / "h200.html"
+    paths = [str(rec / "trace_sync.json.gz"), str(rec / "trace_async.json.gz")]
+    assert main([*paths, "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "cbsim · sync vs async · runtime traces" in html
+    for label in ("total time (s)", "step time p50 (ms)", "async vs sync", "NVIDIA H200"):
+        assert label in html
+    assert "workload.batch_size=4" in html  # the recorded overrides stand in for the config
+    assert "report: " in capsys.readouterr().out
+
+
+def test_kernel_times_of_an_import_are_shown_by_share(tmp_path):
+    b = TraceBuilder("kineto")
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 100.0, step=0)
+    trace = b.build()
+    trace.other_data["kernels"] = [
+        {"name": "cudnn_sdpa_fprop", "gpu_us": 910.0, "calls": 32, "kind": "decode"},
+        {"name": "gemm_bf16", "gpu_us": 90.0, "calls": 224, "kind": "decode"},
+    ]
+    out = tmp_path / "k.html"
+    assert main([str(write_trace(trace, tmp_path / "k.json")), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "Where the GPU time went, by kernel" in html
+    assert "cudnn_sdpa_fprop</td><td>0.91</td><td>32</td><td>91.0%" in html

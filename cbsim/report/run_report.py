@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from cbsim.config import CbsimConfig
-from cbsim.metrics import SUMMARY_ROWS, compare_metrics
 from cbsim.report.charts import stacked_steps_figure, step_time_figure, time_split_figure
 from cbsim.report.frames import RunFrames, run_frames
 from cbsim.report.html import Page, esc, table
+from cbsim.report.kernels import kernels_section
 from cbsim.report.serving import (
     cdf_figure,
     is_online,
@@ -18,6 +17,16 @@ from cbsim.report.serving import (
     queue_figure,
     serving_table,
     serving_values,
+)
+from cbsim.report.tables import (
+    _int,
+    bands_table,
+    comparison_table,
+    config_table,
+    fit_sentence,
+    metrics_table,
+    recorded_table,
+    verdict,
 )
 from cbsim.report.timeline import (
     AGGREGATE_BINS,
@@ -60,137 +69,6 @@ def trace_files(engines: list[str], gzip: bool) -> list[str]:
     ]
 
 
-def _fmt(value: Any, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    try:
-        return fmt.format(value)
-    except (ValueError, TypeError):
-        return str(value)
-
-
-def _int(value: Any) -> Any:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return value
-
-
-def fit_sentence(metrics: dict[str, dict[str, Any]]) -> str | None:
-    """A warning when the configuration does not fit the device (metrics fits_device)."""
-    bad = {e: m for e, m in metrics.items() if m.get("fits_device") is False}
-    if not bad:
-        return None
-    e, m = next(iter(bad.items()))
-    need, have = m.get("device_bytes_needed"), m.get("device_bytes_available")
-    size = (
-        f": it needs {need / 1e9:.1f} GB of the device's {have / 1e9:.1f} GB"
-        if need and have
-        else ""
-    )
-    return (
-        f"This configuration does not fit the device{size} (weights, KV cache, IO buffers and "
-        f"graph pool; {', '.join(bad)}). The simulator ran it anyway; a GPU would refuse it."
-    )
-
-
-def verdict(metrics: dict[str, dict[str, Any]]) -> str:
-    """One sentence a reader can stop at."""
-    if "sync" in metrics and "async" in metrics:
-        s, a = metrics["sync"], metrics["async"]
-        c = compare_metrics(s, a)
-        rec = c["idle_recovered_fraction"]
-        recovered = f"; it recovered {rec:.0%} of the time the GPU sat idle in sync" if rec else ""
-        pays = "pays" if (c["speedup"] or 0) >= 1.05 else "does not pay here"
-        return (
-            f"Async batching {pays}: x{_fmt(c['speedup'], '{:.3f}')} "
-            f"({s['total_time_s']:.3f} s → {a['total_time_s']:.3f} s); GPU idle "
-            f"{s['gpu_idle_fraction']:.1%} → {a['gpu_idle_fraction']:.1%}{recovered}."
-        )
-    lines = []
-    for engine, m in metrics.items():
-        lines.append(
-            f"{engine}: {m['total_time_s']:.3f} s, GPU idle {m['gpu_idle_fraction']:.1%} (time "
-            f"the GPU waited for the CPU), CPU blocked {m['cpu_blocked_fraction']:.1%}."
-        )
-    if "sync" in metrics:
-        lines.append(
-            "Async batching can hide at most the GPU idle share; run engine=compare to see it."
-        )
-    return " ".join(lines)
-
-
-def metrics_table(metrics: dict[str, dict[str, Any]]) -> str:
-    names = list(metrics)
-    rows = [
-        [label, *(_fmt(metrics[n].get(key), fmt) for n in names)]
-        for label, key, fmt in SUMMARY_ROWS
-    ]
-    rows.append(
-        [
-            "GPU forward mean (ms)",
-            *(_fmt(metrics[n].get("gpu_forward_ms_mean"), "{:.3f}") for n in names),
-        ]
-    )
-    phases = sorted({p for n in names for p in (metrics[n].get("host_ms_per_step") or {})})
-    for p in phases:
-        rows.append(
-            [
-                f"host {p} (ms/step)",
-                *(_fmt((metrics[n].get("host_ms_per_step") or {}).get(p), "{:.3f}") for n in names),
-            ]
-        )
-    classes = [[""] * (len(names) + 1) for _ in rows]
-    for i, row in enumerate(rows):
-        if row[0] == "hazards":
-            classes[i] = [""] + ["bad" if c not in ("0", "-") else "" for c in row[1:]]
-    return table(["metric", *names], rows, classes)
-
-
-def comparison_table(sync: dict[str, Any], async_: dict[str, Any]) -> str:
-    c = compare_metrics(sync, async_)
-    rows = [
-        ["speedup (sync time / async time)", _fmt(c["speedup"], "x{:.3f}")],
-        ["time saved", _fmt(c["time_saved_fraction"], "{:.1%}")],
-        [
-            "GPU idle sync → async",
-            f"{_fmt(c['gpu_idle_sync'], '{:.2%}')} → {_fmt(c['gpu_idle_async'], '{:.2%}')}",
-        ],
-        ["share of the sync idle time recovered", _fmt(c["idle_recovered_fraction"], "{:.1%}")],
-    ]
-    good = (c["speedup"] or 0) >= 1.05
-    classes = [["", "good" if good else "bad"]] + [["", ""]] * 3
-    return table(["async vs sync", ""], rows, classes)
-
-
-def config_table(config: CbsimConfig) -> str:
-    e, w, m, h = config.engine, config.workload, config.model, config.hardware
-    dist = {"fixed": ""}
-    rows = [
-        ["mode / task", f"{config.mode.name} / {config.task}"],
-        ["engine", e.name],
-        ["IO slots · CUDA graphs", f"{e.io_slots} · {'on' if e.cuda_graphs else 'off'}"],
-        [
-            "streams · carry-over · event waits",
-            f"{e.streams} · {'on' if e.carry_over else 'off'} · {'on' if e.event_waits else 'off'}",
-        ],
-        [
-            "model",
-            f"{m.name} ({m.num_params / 1e9:.2f} B params, {m.num_layers} layers, {m.dtype})",
-        ],
-        ["hardware", f"{h.name} ({h.source})"],
-        ["batch size · requests", f"{w.batch_size} · {w.total_requests}"],
-        [
-            "prompt · generated tokens",
-            f"{w.prompt_len}{dist.get(w.prompt_dist, ' ' + w.prompt_dist)} · "
-            f"{w.gen_len}{dist.get(w.gen_dist, ' ' + w.gen_dist)}",
-        ],
-        ["arrival · max batch tokens", f"{w.arrival} · {w.max_batch_tokens}"],
-        ["seed", str(w.seed)],
-    ]
-    return table(["config", ""], rows, kind="kv")
-
-
 def hazards_section(page: Page, frames: list[RunFrames]) -> None:
     total = sum(len(f.hazards) for f in frames)
     if not total:
@@ -221,41 +99,67 @@ def hazards_section(page: Page, frames: list[RunFrames]) -> None:
         )
 
 
-def build_page(runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfig) -> Page:
-    metrics = {e: m for e, (_, m) in runs.items()}
-    frames = [run_frames(e, t) for e, (t, _) in runs.items()]
-    engines = list(runs)
-    title = (
+def page_title(engines: list[str], config: CbsimConfig | None, traces: list[Trace]) -> str:
+    if config is None:
+        sources = " + ".join(dict.fromkeys(t.source or "trace" for t in traces))
+        return f"cbsim · {' vs '.join(engines)} · {sources} trace{'s' if len(traces) > 1 else ''}"
+    return (
         f"cbsim · {' vs '.join(engines)} · {config.model.name} on {config.hardware.name} "
         f"· batch {config.workload.batch_size} · {config.mode.name}"
     )
+
+
+def build_page(
+    runs: dict[str, tuple[Trace, dict[str, Any]]],
+    config: CbsimConfig | None,
+    files: list[str] | None = None,
+    bands: dict[str, Any] | None = None,
+) -> Page:
+    """The run report; without a config (a trace file alone) what the traces recorded stands
+    in for the config table. `files`: the trace files to point at (default: the app's names)."""
+    metrics = {e: m for e, (_, m) in runs.items()}
+    traces = {e: t for e, (t, _) in runs.items()}
+    frames = [run_frames(e, t) for e, t in traces.items()]
+    title = page_title(list(runs), config, list(traces.values()))
     page = Page(title)
     page.heading(title, level=1)
-    no_fit = fit_sentence(metrics)
-    if no_fit:
-        page.para(f'<b class="bad">{esc(no_fit)}</b>', "lead")
-    overload = overload_sentence(metrics)
-    if overload:
-        page.para("<b>" + esc(overload) + "</b>", "lead")
+    for text, cls in ((fit_sentence(metrics), "bad"), (overload_sentence(metrics), "")):
+        if text:
+            page.para(f'<b class="{cls}">{esc(text)}</b>', "lead")
     page.para(esc(verdict(metrics)), "lead")
-    if config.description:
+    if config is not None and config.description:
         page.para(esc(config.description), "note")
-    tables = [metrics_table(metrics), config_table(config)]
-    if "sync" in metrics and "async" in metrics:
-        tables.insert(1, comparison_table(metrics["sync"], metrics["async"]))
+    tables = [metrics_table(metrics)]
+    if len(metrics) == 2:
+        tables.append(comparison_table(metrics))
+    if bands:
+        tables.append(bands_table(bands))
+    tables.append(config_table(config) if config is not None else recorded_table(traces))
     page.add('<div class="grid">' + "".join(f"<div>{t}</div>" for t in tables) + "</div>")
     if is_online(metrics):
-        serving_section(page, {e: t for e, (t, _) in runs.items()}, metrics)
-
+        serving_section(page, traces, metrics)
     page.heading("Where the time went", anchor="split")
     page.para(
-        "Red is time the GPU executed nothing (red means that on every chart here): it waited for the CPU to schedule, build "
-        "and launch the next batch. Async batching exists to shrink it.",
+        "Red is time the GPU executed nothing (red means that on every chart here): it waited "
+        "for the CPU to schedule, build and launch the next batch. Async batching exists to "
+        "shrink it.",
         "note",
     )
     page.figure(time_split_figure(frames), "split")
+    kernels_section(page, traces)
     hazards_section(page, frames)
+    steps_sections(page, frames)
+    page.heading("The full trace", anchor="trace")
+    if files is None and config is not None:
+        files = trace_files(list(runs), bool(config.output.trace_gzip))
+    where = "Beside this report: " if config is not None else "The traces: "
+    names = ", ".join(f"<code>{esc(f)}</code>" for f in files or [])
+    page.para((where + names + ". " if names else "") + PERFETTO_HELP, "note")
+    return page
 
+
+def steps_sections(page: Page, frames: list[RunFrames]) -> None:
+    """The timeline, its detail windows and the step-time charts."""
     style = timeline_section(page, frames)
     detail = detail_figure(frames) if style != "bars" else None
     if detail is not None:
@@ -266,27 +170,16 @@ def build_page(runs: dict[str, tuple[Trace, dict[str, Any]]], config: CbsimConfi
             "note",
         )
         page.figure(detail, "detail")
-
     page.heading("Step time over the run", anchor="steps")
     page.para(
         "A step is the interval between consecutive forward ends. Solid: step time; "
         "dotted: the GPU's busy time inside it. The gap between them is CPU time the GPU "
-        "waited for.",
+        "waited for. The axis stops at the steady state; steps above it are triangles on its "
+        "top edge (hover for their time).",
         "note",
     )
     page.figure(step_time_figure(frames), "step_time")
     page.figure(stacked_steps_figure(frames), "stacked")
-
-    page.heading("The full trace", anchor="trace")
-    files = trace_files(engines, config.output.trace_gzip)
-    page.para(
-        "Beside this report: "
-        + ", ".join(f"<code>{esc(f)}</code>" for f in files)
-        + ". "
-        + PERFETTO_HELP,
-        "note",
-    )
-    return page
 
 
 def serving_section(
@@ -336,10 +229,13 @@ def timeline_section(page: Page, frames: list[RunFrames]) -> str:
 
 def write_run_report(
     runs: dict[str, tuple[Trace, dict[str, Any]]],
-    config: CbsimConfig,
+    config: CbsimConfig | None,
     path: Path,
     js_dir: Path | None = None,
+    files: list[str] | None = None,
+    bands: dict[str, Any] | None = None,
 ) -> Path:
-    """Write report.html for one run (one engine, or sync and async for engine=compare);
-    plotly.js inline, or with js_dir one plotly.min.js shared there (a sweep's directory)."""
-    return build_page(runs, config).write(path, js_dir)
+    """Write report.html for one run (one engine, or sync and async for engine=compare), or
+    for traces without a config (config None); plotly.js inline, or with js_dir one
+    plotly.min.js shared there (a sweep's directory). bands: cbsim.bands.predict_bands."""
+    return build_page(runs, config, files, bands).write(path, js_dir)
