@@ -1,0 +1,153 @@
+"""The Python API: a simulated run in a notebook, without Hydra's command line.
+
+    import cbsim
+    r = cbsim.simulate("+experiment=long_seq", "engine=async")
+    r.metrics["total_time_s"]        # the numbers metrics.json holds
+    r.steps.head()                   # one row per step and engine (pandas)
+    r.spans.head()                   # one row per span and engine, ms from the run's start
+    r.report("report.html")          # the run report
+    cbsim.load_sweep("multirun/2026-12-01/10-00-00")   # the sweep's summary.csv as a DataFrame
+
+The overrides are the command line's (``key=value``, ``+experiment=...``, ``group=option``),
+composed and checked exactly as ``python -m cbsim`` does; a bad one raises ``ConfigError`` with
+the same one-line message.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.errors import describe_hydra_error
+from cbsim.config.store import load_config, register_configs
+from cbsim.metrics import compare_metrics, compute_metrics
+from cbsim.report import write_run_report
+from cbsim.report.frames import RunFrames, run_frames
+from cbsim.rundir import SUMMARY_FILE
+from cbsim.sim import run as sim_run
+from cbsim.sweep import write_summary
+from cbsim.trace import Trace, read_trace
+
+__all__ = ["Result", "compose", "load_sweep", "load_traces", "simulate"]
+
+
+def compose(*overrides: str) -> CbsimConfig:
+    """The checked config of the command line ``python -m cbsim OVERRIDES...``."""
+    register_configs()
+    try:
+        if GlobalHydra.instance().is_initialized():  # inside a Hydra app: compose there
+            return load_config(hydra_compose(config_name="config", overrides=list(overrides)))
+        with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(describe_hydra_error(exc) or str(exc)) from None
+    return load_config(cfg)
+
+
+@dataclass
+class Result:
+    """One run: its config, a trace per engine and the metrics (as metrics.json holds them)."""
+
+    config: CbsimConfig | None
+    traces: dict[str, Trace]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def frames(self) -> dict[str, RunFrames]:
+        """The report's tables per engine (cbsim.report.frames)."""
+        return {e: run_frames(e, t) for e, t in self.traces.items()}
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """Per engine and step: end_ms, step_ms, gpu_ms (GPU busy in it), exposed_ms (the rest:
+        the GPU waited for the CPU) and the batch kind."""
+        return _stacked({e: f.steps for e, f in self.frames.items()})
+
+    @cached_property
+    def spans(self) -> pd.DataFrame:
+        """Per engine every span: lane, name, ts_ms, end_ms, dur_us and its batch's fields."""
+        return _stacked({e: f.spans for e, f in self.frames.items()})
+
+    def engine_metrics(self) -> dict[str, dict[str, Any]]:
+        """The metrics by engine (one entry for a single engine)."""
+        if "engine" in self.metrics:
+            return {self.metrics["engine"]: self.metrics}
+        return {e: self.metrics[e] for e in self.traces}
+
+    def report(self, path: str | os.PathLike[str] = "report.html") -> Path:
+        """Write the run report (self-contained HTML) and return its path."""
+        runs = {e: (t, m) for (e, t), m in zip(self.traces.items(), self.engine_metrics().values())}
+        return write_run_report(runs, self.config, Path(path))
+
+
+def _stacked(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    parts = [f.assign(engine=e)[["engine", *f.columns]] for e, f in frames.items()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _metrics(runs: dict[str, tuple[Trace, dict[str, Any]]]) -> dict[str, Any]:
+    """metrics.json's shape: flat for one engine; sync, async and comparison for a pair."""
+    if len(runs) == 1:
+        engine, (_, m) = next(iter(runs.items()))
+        return {"engine": engine, **m}
+    out: dict[str, Any] = {e: m for e, (_, m) in runs.items()}
+    if "sync" in out and "async" in out:
+        out["comparison"] = compare_metrics(out["sync"], out["async"])
+    return out
+
+
+def simulate(*overrides: str, config: CbsimConfig | None = None) -> Result:
+    """Simulate the run ``python -m cbsim OVERRIDES...`` describes (or a given config)."""
+    config = config if config is not None else compose(*overrides)
+    if config.mode.name != "sim":
+        raise ConfigError(
+            f"mode={config.mode.name}: simulate() runs the simulator; allowed: mode=sim "
+            "(the real engine runs from the command line: python -m cbsim mode=runtime ...)"
+        )
+    if config.task != "run":
+        raise ConfigError(f"task={config.task}: simulate() runs task=run")
+    engines = ["sync", "async"] if config.engine.name == "compare" else [config.engine.name]
+    runs = {}
+    for engine in engines:
+        trace = sim_run(config, engine)
+        memory = trace.other_data.get("memory") or {}
+        fit = {
+            "fits_device": memory.get("fits_device"),
+            "device_bytes_needed": memory.get("device_bytes_needed"),
+            "device_bytes_available": config.hardware.memory_bytes,
+        }
+        runs[engine] = (trace, {**compute_metrics(trace), **fit})
+    return Result(config, {e: t for e, (t, _) in runs.items()}, _metrics(runs))
+
+
+def load_traces(*paths: str | os.PathLike[str]) -> Result:
+    """Traces from files (sim, runtime or a Kineto import) as a Result, keyed by engine."""
+    traces = [read_trace(p) for p in paths]
+    keys = [t.engine or Path(p).name for t, p in zip(traces, paths)]
+    if len(set(keys)) < len(keys):
+        keys = [str(p) for p in paths]
+    runs = {k: (t, compute_metrics(t)) for k, t in zip(keys, traces)}
+    return Result(None, dict(zip(keys, traces)), _metrics(runs))
+
+
+def load_sweep(sweep_dir: str | os.PathLike[str]) -> pd.DataFrame:
+    """A sweep directory's summary (one row per job: overrides, status, metrics); written
+    from what is on disk when summary.csv is missing."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"{sweep_dir}: no such sweep directory")
+    path = sweep_dir / SUMMARY_FILE
+    if not path.is_file():
+        path = write_summary(sweep_dir, html=False).summary
+    return pd.read_csv(path)

@@ -1,0 +1,85 @@
+"""The Python API: a notebook user's run, sweep and traces without Hydra's command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from conftest import REPO
+from test_sweep import SWEEP, make_sweep
+
+import cbsim
+from cbsim.config import ConfigError
+from cbsim.metrics import compute_metrics
+from cbsim.trace import write_trace
+
+SMALL = ("model=tiny", "workload.batch_size=4", "workload.prompt_len=32", "workload.gen_len=24")
+
+
+@pytest.fixture(scope="module")
+def result():
+    return cbsim.simulate("+experiment=long_seq", "engine=async", *SMALL)
+
+
+def test_simulate_returns_metrics_steps_and_spans(result):
+    assert result.metrics["engine"] == "async"
+    assert result.metrics["total_time_s"] == pytest.approx(
+        compute_metrics(result.traces["async"])["total_time_s"]
+    )
+    assert result.metrics["fits_device"] is True
+    assert isinstance(result.steps, pd.DataFrame) and isinstance(result.spans, pd.DataFrame)
+    assert len(result.steps) == result.metrics["steps"] > 0
+    assert {"engine", "step", "step_ms", "gpu_ms", "exposed_ms"} <= set(result.steps.columns)
+    assert {"engine", "lane", "name", "ts_ms", "end_ms", "dur_us", "step"} <= set(
+        result.spans.columns
+    )
+    assert (result.spans["engine"] == "async").all()
+    # the step table sums to the run: the last step ends at the run's GPU end
+    assert result.steps["step_ms"].sum() == pytest.approx(result.steps["end_ms"].iloc[-1])
+
+
+def test_compare_gives_both_engines_and_the_comparison():
+    r = cbsim.simulate("engine=compare", *SMALL)
+    assert set(r.metrics) == {"sync", "async", "comparison"}
+    assert r.metrics["comparison"]["speedup"] == pytest.approx(
+        r.metrics["sync"]["total_time_s"] / r.metrics["async"]["total_time_s"]
+    )
+    assert set(r.steps["engine"]) == {"sync", "async"}
+
+
+def test_report_writes_the_run_report(result, tmp_path):
+    path = result.report(tmp_path / "r.html")
+    html = path.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "Timeline" in html
+
+
+def test_bad_overrides_raise_the_cli_message():
+    with pytest.raises(ConfigError, match="workload.batch_size"):
+        cbsim.simulate("workload.batch_size=0")
+    with pytest.raises(ConfigError, match="engine=fast is not an option; allowed: "):
+        cbsim.simulate("engine=fast")
+    with pytest.raises(ConfigError, match="mode=sim"):
+        cbsim.simulate("mode=runtime")
+
+
+def test_load_sweep_and_load_traces(tmp_path, result):
+    sweep = make_sweep(tmp_path / "sw", SWEEP)
+    summary = cbsim.load_sweep(sweep)
+    assert len(summary) == 16 and {"status", "total_time_s", "engine"} <= set(summary.columns)
+    assert (sweep / "summary.csv").is_file()  # written from the job dirs when missing
+    with pytest.raises(FileNotFoundError, match="no such sweep directory"):
+        cbsim.load_sweep(tmp_path / "nope")
+    path = write_trace(result.traces["async"], tmp_path / "t.json.gz")
+    loaded = cbsim.load_traces(path)
+    assert loaded.metrics["total_time_s"] == pytest.approx(result.metrics["total_time_s"])
+    assert loaded.report(tmp_path / "t.html").is_file()
+
+
+def test_the_package_is_typed_and_imports_its_api_lazily():
+    assert (REPO / "cbsim" / "py.typed").is_file()
+    assert '"cbsim" = ["py.typed"]' in (REPO / "pyproject.toml").read_text()  # package data
+    code = "import sys, cbsim.trace; print('cbsim.api' in sys.modules, 'plotly' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
