@@ -205,3 +205,13 @@ def test_a_bad_profiler_setting_names_its_key():
         ProfileGrid.from_extra({"kinds": ["fft"]})
     with pytest.raises(ConfigError, match=r"extra\.target_ms="):
         ProfileGrid.from_extra({"target_ms": float("inf")})
+
+
+def test_copies_come_from_the_table_when_it_timed_them():
+    with_table, without = CostModel(config()), CostModel(CbsimConfig())
+    assert with_table.h2d_us(1 << 26) == pytest.approx(1215, rel=1e-3)  # 64 MiB at 55 GB/s
+    assert with_table.d2h_us(8) == pytest.approx(2.826, rel=1e-3)  # below the first: held
+    hw = CbsimConfig().hardware
+    assert without.h2d_us(1 << 20) == pytest.approx(
+        hw.copy_latency_us + (1 << 20) / hw.h2d_bandwidth * 1e6
+    )

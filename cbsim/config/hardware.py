@@ -290,9 +290,10 @@ class HardwareConfig:
     gpu: GpuCosts = field(default_factory=GpuCosts)
     # A kernel table (a CSV of +experiment=profile_kernels, or a directory of them; relative
     # paths are tried against the working directory, then the repository root): the forward's
-    # GEMMs, elementwise kernels, decode attention and prompt-start attention are costed from
-    # its measured times instead of the roofline, and gemm_row_us and attention_walk_us_per_token
-    # (effects the table measures) are not added. null = the roofline (cbsim/costs/model.py)
+    # GEMMs, elementwise kernels, decode attention and prompt-start attention, and the pinned
+    # copies when it timed them, are costed from its measured times instead of the roofline and
+    # copy_latency_us / *_bandwidth; gemm_row_us and attention_walk_us_per_token (effects the table
+    # measures) are not added. null = the roofline (cbsim/costs/model.py)
     kernel_table: str | None = None
     # where these numbers came from, for the report
     source: str = "datasheet and measurements on the H200 here (BRIEF)"

@@ -55,6 +55,7 @@ class KernelCosts:
         self.elementwise = elementwise_ops(m)
         self.layers, self.hidden, self.vocab = m.num_layers, m.hidden_size, m.vocab_size
         self.attn_shape = (m.num_heads, m.head_dim, m.num_kv_heads)
+        self.has_copies = self.table.has("h2d") and self.table.has("d2h")
         self._linear: dict[int, float] = {}
         self._lm_head: dict[int, float] = {}
 
@@ -71,6 +72,10 @@ class KernelCosts:
                 "rms_norm", self.hidden, 0, 0, rows
             )
         return got
+
+    def copy_us(self, direction: str, nbytes: int) -> float:
+        """A pinned copy of ``nbytes`` (``h2d`` or ``d2h``), at least the smallest one timed."""
+        return self.table.time_us(direction, 0, 0, 0, max(int(nbytes), 1))
 
     def lm_head_us(self, sampled: int) -> float:
         got = self._lm_head.get(sampled)

@@ -126,6 +126,8 @@ class CostModel:
         self.jitter = HostJitter(sp.within_run, sp.seed) if sp.jitter and sp.within_run else None
         # measured kernel times in place of the roofline's GEMMs and attention (kernels.py)
         self.kernel_costs = KernelCosts(config) if hw.kernel_table else None
+        # pinned copies from the table too, when it timed them
+        self.table_copies = self.kernel_costs is not None and self.kernel_costs.has_copies
 
     @property
     def max_context(self) -> int:
@@ -329,9 +331,13 @@ class CostModel:
         return sampled * INT64  # the sampled token ids
 
     def h2d_us(self, nbytes: int) -> float:
+        if self.table_copies:
+            return self.kernel_costs.copy_us("h2d", nbytes)
         return self.hw.copy_latency_us + nbytes / self.h2d_bw
 
     def d2h_us(self, nbytes: int) -> float:
+        if self.table_copies:
+            return self.kernel_costs.copy_us("d2h", nbytes)
         return self.hw.copy_latency_us + nbytes / self.d2h_bw
 
     # ---- host ------------------------------------------------------------------------------
