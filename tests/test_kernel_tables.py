@@ -215,3 +215,16 @@ def test_copies_come_from_the_table_when_it_timed_them():
     assert without.h2d_us(1 << 20) == pytest.approx(
         hw.copy_latency_us + (1 << 20) / hw.h2d_bandwidth * 1e6
     )
+
+
+@pytest.mark.parametrize("model", ["llama3_1b", "llama3_3b", "llama3_70b"])
+def test_the_kernels_profile_simulates_each_model_shape(model):
+    """hardware=h200_kernels through Hydra, both engines; 70B has no table of its own."""
+    from cbsim.metrics import compute_metrics
+    from cbsim.sim import run
+
+    small = ["workload.batch_size=8", "workload.prompt_len=64", "workload.gen_len=16"]
+    cfg = make_config(["hardware=h200_kernels", f"model={model}", *small])
+    assert cfg.hardware.kernel_table == "experiments/kernels/h200"
+    sync, async_ = (compute_metrics(run(cfg, e)) for e in ("sync", "async"))
+    assert 0 < async_["total_time_s"] <= sync["total_time_s"]
