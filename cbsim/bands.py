@@ -32,6 +32,7 @@ import cbsim.sim as sim
 from cbsim.config.hardware import HostCosts, PhaseCost
 from cbsim.config.schema import CbsimConfig
 from cbsim.metrics import compute_metrics
+from cbsim.trace import Trace
 
 QUANTILES = {"p5": 5.0, "median": 50.0, "p95": 95.0}
 METRICS = ("total_time_s", "gpu_idle_fraction")
@@ -74,9 +75,10 @@ def scaled_host(host: HostCosts, factor: float, seed: int) -> HostCosts:
 def _simulate(cfg: CbsimConfig, engine: str) -> dict[str, Any]:
     """The metrics of one simulation: the simulator's fast path when it has one."""
     fast = getattr(sim, "simulate", None)
-    if fast is not None:
-        return fast(cfg, engine)
-    return compute_metrics(sim.run(cfg, engine))
+    got = fast(cfg, engine) if fast is not None else sim.run(cfg, engine)
+    if isinstance(got, Trace):
+        return compute_metrics(got)
+    return dict(getattr(got, "metrics", got))  # a metrics dict, or a result holding one
 
 
 def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:
