@@ -79,3 +79,16 @@ def test_host_stalls_are_phases_ten_times_their_median():
     spans = stall_spans(stalled().spans)
     assert list(spans.step) == [7] and spans.median_us.iloc[0] == pytest.approx(100.0)
     assert compute_metrics(served())["host_stalls"] == 0
+
+
+@pytest.mark.parametrize("q", [0, 1, 37.5, 50, 90, 99, 100])
+def test_weighted_percentile_equals_the_percentile_of_the_repeated_values(q):
+    import numpy as np
+
+    from cbsim.metrics.serving import weighted_pct
+
+    rng = np.random.default_rng(int(q))
+    values = rng.exponential(5.0, 40)
+    weights = rng.integers(0, 9, 40)
+    expect = np.percentile(np.repeat(values, weights), q)
+    assert weighted_pct(values, weights, q) == pytest.approx(expect, rel=1e-12)

@@ -53,7 +53,6 @@ def serving_metrics(inp: MetricInputs) -> dict[str, Any]:
     values = {
         "ttft": ttft.dropna().to_numpy(),
         "tpot": tpot.dropna().to_numpy(),
-        "itl": itl_ms(inp, req, start),
         "e2el": e2el.dropna().to_numpy(),
     }
     finished = req[req[S.FINISH].notna()]
@@ -65,6 +64,11 @@ def serving_metrics(inp: MetricInputs) -> dict[str, Any]:
         out[f"mean_{key}_ms"] = float(v.mean()) if len(v) else None
         out[f"median_{key}_ms"] = pct(v, 50)
         out[f"p99_{key}_ms"] = pct(v, 99)
+    itl, weights = itl_steps(inp, req, start)
+    total = int(weights.sum())
+    out["mean_itl_ms"] = float((itl * weights).sum() / total) if total else None
+    out["median_itl_ms"] = weighted_pct(itl, weights, 50)
+    out["p99_itl_ms"] = weighted_pct(itl, weights, 99)
     tokens = finished["tokens"].dropna()
     ok = duration_s > 0
     out["request_throughput"] = len(finished) / duration_s if ok and len(finished) else None
@@ -76,10 +80,16 @@ def serving_metrics(inp: MetricInputs) -> dict[str, Any]:
 
 
 def itl_ms(inp: MetricInputs, req: pd.DataFrame, start: float) -> np.ndarray:
-    """Inter-token latencies (ms): each step interval, once per non-first token of the step."""
+    """Every inter-token latency (ms), one per token after a request's first (for CDFs)."""
+    return np.repeat(*itl_steps(inp, req, start))
+
+
+def itl_steps(inp: MetricInputs, req: pd.DataFrame, start: float) -> tuple[np.ndarray, np.ndarray]:
+    """Inter-token latencies (ms) as (step interval, how many tokens waited it): each step
+    interval counts once per token of the step that was not a request's first."""
     fwd = forward_spans(inp.spans)
     if fwd.empty:
-        return np.array([])
+        return np.array([]), np.array([], dtype=np.int64)
     per_step = fwd.groupby("step").agg(end=("end", "max"), tokens=("new_tokens", "sum"))
     per_step = per_step.sort_values("end")
     intervals = step_times_ms(fwd, start)
@@ -89,7 +99,24 @@ def itl_ms(inp: MetricInputs, req: pd.DataFrame, start: float) -> np.ndarray:
     at = np.clip(np.searchsorted(ends, firsts, side="right") - 1, 0, len(ends) - 1)
     first_per_step = np.bincount(at, minlength=len(ends)) if len(firsts) else 0
     weights = np.maximum(per_step["tokens"].to_numpy().astype(np.int64) - first_per_step, 0)
-    return np.repeat(intervals, weights)
+    return intervals, weights
+
+
+def weighted_pct(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
+    """np.percentile (linear) of ``values`` each repeated ``weights`` times, without repeating
+    them (a long run has millions of inter-token gaps)."""
+    keep = weights > 0
+    values, weights = values[keep], weights[keep]
+    total = int(weights.sum())
+    if not total:
+        return None
+    order = np.argsort(values, kind="stable")
+    values, cum = values[order], np.cumsum(weights[order])
+    h = (total - 1) * q / 100.0
+    lo, hi = int(np.floor(h)), int(np.ceil(h))
+    v_lo = values[np.searchsorted(cum, lo, side="right")]
+    v_hi = values[np.searchsorted(cum, hi, side="right")]
+    return float(v_lo + (h - lo) * (v_hi - v_lo))
 
 
 def _slo(config: dict[str, Any] | None) -> dict[str, Any]:
