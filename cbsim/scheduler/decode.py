@@ -166,3 +166,79 @@ class SteadyDecode:
             self.table.nsched[run] += k
             self.table.computed[run] = self.ctx
             self.k = 0
+
+    # ------------------------------------------------------------------ many steps at once
+
+    def stretch(self, limit: int, now_s: float) -> tuple[int, float]:
+        """How many of the next ``schedule`` calls (at most ``limit``) are certain to be steady
+        decode of the same rows, none of them finishing, preempting or admitting, and the
+        arrival after which one might admit: (steps, arrival_s; inf: none can)."""
+        s, t = self.s, self.table
+        run = s.run
+        if not (self.active and self.enabled and run.size):
+            return 0, float("inf")
+        k = min(limit, self.fin - 1)  # the batch that samples someone's last output changes
+        admit_at = float("inf")
+        w = s.admission.waiting
+        if w and run.size < s.batch_size and s.max_batch_tokens > run.size:
+            i = w[0]
+            if t.arrival[i] > now_s and t.nfilled[i] == t.nsched[i]:
+                admit_at = float(t.arrival[i])
+            elif not s.admission.ready(i, now_s):
+                return 0, admit_at  # a pending output: an update may let it in
+            elif self.admission_pending(now_s, s.kv.num_free):
+                return 0, admit_at
+        if k <= 0:
+            return 0, admit_at
+        # blocks: steps until the running rows' new blocks outgrow the free ones
+        need = self._opened(k)
+        total = np.cumsum(need)
+        over = np.flatnonzero(total > s.kv.num_free)
+        if over.size:
+            k = int(over[0])
+        return k, admit_at
+
+    def _opened(self, k: int) -> np.ndarray:
+        """Blocks each of the next ``k`` steady steps opens (int64, one entry per step)."""
+        bs = self.s.block_size
+        room = self.table.nblk[self.s.run] * bs - self.ctx  # steps until each row's next block
+        per_row = np.maximum(0, (k - 1 - room) // bs + 1)
+        out = np.zeros(k, dtype=np.int64)
+        if per_row.any():
+            steps = np.concatenate(
+                [r + bs * np.arange(c) for r, c in zip(room.tolist(), per_row.tolist()) if c]
+            )
+            np.add.at(out, steps, 1)
+        return out
+
+    def skip(self, k: int) -> None:
+        """``k`` steady schedules (``stretch`` said they are plain) without building their
+        batches: the blocks granted in the order ``schedule`` grants them, the counters left
+        pending as ``schedule`` leaves them."""
+        s, t = self.s, self.table
+        run = s.run
+        bs = s.block_size
+        nblk = t.nblk[run]
+        room = nblk * bs - self.ctx
+        per_row = np.maximum(0, (k - 1 - room) // bs + 1)
+        total = int(per_row.sum())
+        if total:
+            rows = np.flatnonzero(per_row)
+            cnt = per_row[rows]
+            row = np.repeat(rows, cnt)  # position in the running queue
+            nth = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            step = room[row] + bs * nth
+            order = np.lexsort((row, step))  # step by step, in running order within a step
+            row, nth = row[order], nth[order]
+            seg = self.fields["_seg"]
+            self.blocks.flat[seg[row] + nblk[row] + nth] = s.kv.allocate(total)
+            nblk = nblk + per_row
+            t.nblk[run] = nblk
+        ctx = self.ctx + k
+        ctx.flags.writeable = False
+        self.ctx = ctx
+        self.k += k
+        self.fin -= k
+        self.blk = int((nblk * bs - ctx).min())
+        self.kv += run.size * k
+        s.step += k

@@ -24,8 +24,9 @@ def setup_sim(config: CbsimConfig, engine: str) -> RunSetup:
     )
 
 
-def run(config: CbsimConfig, engine: str) -> Trace:
-    """Simulate ``engine`` ("sync" or "async") on ``config``; the trace is the whole result."""
+def run(config: CbsimConfig, engine: str, *, fast_forward: bool = True) -> Trace:
+    """Simulate ``engine`` ("sync" or "async") on ``config``; the trace is the whole result.
+    ``fast_forward=False`` steps through steady stretches one step at a time (for checks)."""
     setup = setup_sim(config, engine)
     eng, hw = setup.engine, config.hardware
     trace = TraceBuilder(
@@ -34,6 +35,7 @@ def run(config: CbsimConfig, engine: str) -> Trace:
     if eng.streams == "default":
         trace.declare_lane(S.DEFAULT)
     sim = HostPhases(config, setup, trace)
+    sim.fast_forward_on = fast_forward
     sim.env.process(LOOPS[engine](sim))
     # A run builds ~10^5 long-lived trace dicts and frees nothing cyclic until it ends: the cyclic
     # garbage collector would rescan them again and again (a third of the run time), so it is

@@ -17,6 +17,8 @@ import simpy
 from cbsim.config.schema import CbsimConfig
 from cbsim.run_setup import RunSetup
 from cbsim.scheduler import Batch
+from cbsim.sim.clock import Clock
+from cbsim.sim.fast_forward import fast_forward
 from cbsim.sim.io_slots import IOSlot, SlotTracker
 from cbsim.sim.launch import Launched, StepPlan, enqueue_step, plan_step
 from cbsim.sim.recorder import Recorder
@@ -45,7 +47,7 @@ class HostPhases:
 
     def __init__(self, config: CbsimConfig, setup: RunSetup, trace: TraceBuilder) -> None:
         self.config, self.engine, self.trace = config, setup.engine, trace
-        self.env = simpy.Environment()
+        self.env = Clock()
         w = config.workload
         self.requests = setup.requests
         self.costs = setup.costs
@@ -63,6 +65,7 @@ class HostPhases:
         self.host_us: Counter[str] = Counter()
         self.lane_busy_us: Counter[str] = Counter()
         self.n = Counter()  # steps, tokens, blocks, graph/eager steps, ...
+        self.fast_forward_on = True  # steady stretches at once (fast_forward.py)
         for a in setup.arrivals:
             self.rec.request_event(
                 S.ARRIVAL,
@@ -89,6 +92,11 @@ class HostPhases:
         return self.slots.slot_for(self.launches)
 
     # ---- host phases -----------------------------------------------------------------------
+    def steady_stretch(self, inflight: Launched | None):
+        """The steady decode steps ahead, all at once and exactly (fast_forward.py), if any;
+        returns the batch in flight after them (async) or ``inflight``."""
+        return (yield from fast_forward(self, inflight))
+
     def schedule(self):
         """Ask the shared scheduler for the next batch (None: nothing can run now)."""
         now = self.env.now
@@ -133,7 +141,7 @@ class HostPhases:
         ):
             # tokens the host copies from the last update: is their forward known finished?
             self.slots.token_ready(
-                done.compute, dev.host_vc, "prepare", step, S.HOST, now, slot, done.batch.step
+                done.compute, dev.host_vc, "prepare", step, S.HOST, now, slot, done.step
             )
         args = self._prepared = batch_args(batch, slot=slot.index)
         costs, requests = self.costs, batch.num_requests
@@ -153,7 +161,7 @@ class HostPhases:
         plan = plan_step(self, batch, prev)
         h2d, compute, d2h, d2h_done, fwd_us, t = enqueue_step(self, batch, slot, prev, plan)
         fwd_args = self._record_launch(plan, args, h2d, compute, d2h, fwd_us)
-        launched = Launched(batch, slot, args, h2d, compute, d2h, d2h_done, plan.forward, fwd_args)
+        launched = Launched(batch, slot, args, h2d, compute, d2h, d2h_done, fwd_args, batch.step)
         yield self._phase(S.LAUNCH, t - now, args)
         return launched
 

@@ -47,8 +47,8 @@ class Launched:
     compute: Op
     d2h: Op
     d2h_done: CudaEvent
-    forward: ForwardCost
     forward_args: dict[str, Any]  # the forward span's args: new_tokens is settled in update
+    step: int
 
 
 def plan_step(host: HostPhases, batch: Batch, prev: Launched | None) -> StepPlan:

@@ -44,3 +44,14 @@ class Sampler:
         tokens = np.full(n, KEEP_TOKEN, dtype=np.int64)
         tokens[live & (self.count[rids] == self.length[rids])] = self.eos_id
         return tokens, int(np.count_nonzero(live))
+
+    def eos_room(self, rids: np.ndarray) -> int:
+        """Updates of these requests that sample no EOS (a large number with EOS off)."""
+        if self.eos_id is None or not rids.size:
+            return 1 << 62
+        return int((self.length[rids] - self.count[rids]).min()) - 1
+
+    def skip(self, rids: np.ndarray, k: int) -> None:
+        """``k`` samples of these requests, none of them EOS (``eos_room`` allows them)."""
+        if self.eos_id is not None:
+            self.count[rids] += k

@@ -1,0 +1,197 @@
+"""Exact steady-state fast-forward: many identical decode steps at once.
+
+In steady decode (the same requests, one token each, contexts growing by one) nothing can change
+for a while when no arrival could be admitted, nobody samples EOS or a last output, the KV cache
+has the blocks, and the engine is the clean one (three streams, event waits, a graph replay per
+step, an IO slot per batch in flight, no host jitter). Every step then runs the same host phases
+and stream operations with costs that depend only on the step. ``plan`` says how many such steps
+lie ahead; ``costs_of`` computes their costs at once (numpy, elementwise: the same float
+operations the step-by-step path does, checked against it at both ends); stretch_loop.py runs
+the host's timing recurrence over them with the very operations and order of host_phases.py and
+launch.py; ``hand_over`` leaves scheduler, streams, IO slots and counters as stepping would have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cbsim.sim.launch import Launched
+from cbsim.sim.stretch_loop import run_stretch
+from cbsim.sim.stretch_record import count, record
+from cbsim.sim.stretch_state import hand_over
+
+if TYPE_CHECKING:
+    from cbsim.sim.host_phases import HostPhases
+
+MIN_STEPS = 8  # fewer are stepped: the set-up would cost more than it saves
+MAX_STEPS = 4096  # per stretch (the costs are computed for this many steps at most)
+
+
+class DecodeProbe:
+    """The fields CostModel.forward reads of a steady decode batch."""
+
+    kind = "decode"
+
+    def __init__(self, ctx: np.ndarray) -> None:
+        n = int(ctx.size)
+        self.num_requests = self.query_tokens = self.num_samples = n
+        self.context_lens = ctx
+        self.start_pos = ctx - 1
+        self.query_lens = np.ones(n, dtype=np.int64)
+        self.kv_tokens = int(ctx.sum())
+
+    def __len__(self) -> int:
+        return self.num_requests
+
+
+@dataclass
+class StretchCosts:
+    """Per step of a stretch (lists of Python numbers, step order)."""
+
+    kv_tokens: list[int]  # of the batch launched at each step
+    schedule: list[float]
+    prepare: list[float]
+    update: list[float]  # of the batch updated at each step (async: the one before)
+    h2d: list[float]
+    h2d_bytes: list[int]
+    stage: list[float]  # launch_per_block_us x the batch's block-table entries
+    forward: list[float]
+    opened: np.ndarray  # KV blocks each step's schedule opens
+    last_forward: object  # the ForwardCost of the last step (for its Launched)
+
+
+def clean_engine(host: HostPhases, n: int) -> bool:
+    """The engine settings under which a steady step's work is the same every step."""
+    eng, costs = host.engine, host.costs
+    depth = host.launch_queue.depth
+    slots = 2 if eng.name == "async" else 1
+    return (
+        eng.streams == "three"
+        and eng.event_waits
+        and len(host.slots.slots) == slots
+        and eng.cuda_graphs
+        and costs.graph_size(n) is not None
+        and (depth == 0 or depth >= 8)  # one entry per graph replay never fills it
+        and getattr(costs, "kernel_costs", None) is None
+        and getattr(costs, "jitter", None) is None
+        and host.device.compute.seq > 0
+    )
+
+
+def plan(host: HostPhases, inflight: Launched | None) -> tuple[int, float]:
+    """(steps to fast-forward, the arrival that ends the stretch; inf: none) or (0, inf)."""
+    sched = host.sched
+    if not host.fast_forward_on or not sched.decode.active:
+        return 0, float("inf")
+    run = sched.run
+    if not clean_engine(host, int(run.size)):
+        return 0, float("inf")
+    if host.engine.name == "async":
+        b = None if inflight is None else inflight.batch
+        if (
+            b is None
+            or b.kind != "decode"
+            or b.finishing.size
+            or b.step != sched.step - 1
+            or sched.updates.next_step != b.step
+            or not np.array_equal(b.idx, run)
+        ):
+            return 0, float("inf")
+    elif inflight is not None or sched.updates.next_step != sched.step:
+        return 0, float("inf")
+    now_s = host.env.now * 1e-6 * (1.0 + 1e-15) + 1e-12
+    k, admit_at = sched.decode.stretch(MAX_STEPS, now_s)
+    k = min(k, host.sampler.eos_room(sched.table.rid[run]))
+    if host.engine.name == "async":
+        k -= k % 2  # an even count keeps each IO slot's batches where stepping puts them
+    return (k, admit_at) if k >= MIN_STEPS else (0, float("inf"))
+
+
+def costs_of(host: HostPhases, k: int, carry: bool, kv_first_update: int) -> StretchCosts | None:
+    """The costs of the next ``k`` steady steps (None: the vectorised forward does not match
+    CostModel.forward, so step instead)."""
+    costs, sched, hc = host.costs, host.sched, host.costs.host
+    dec = sched.decode
+    n = int(sched.run.size)
+    j = np.arange(1, k + 1, dtype=np.int64)
+    kv = dec.kv + n * j
+    blocks = costs.kv_blocks(kv, n)
+    forward = _forward_us(host, dec.ctx, k, carry)
+    if forward is None:
+        return None
+    fwd_total, last = forward
+    kv_upd = kv if host.engine.name == "sync" else np.concatenate(([kv_first_update], kv[:-1]))
+    h2d_bytes = costs.h2d_bytes(n, n, n, blocks)
+    return StretchCosts(
+        kv_tokens=kv.tolist(),
+        schedule=_phase(costs.schedule_us(n, n, blocks), k),
+        prepare=_phase(costs.prepare_us(n, n, blocks), k),
+        update=_phase(costs.update_us(n, n, costs.kv_blocks(kv_upd, n)), k),
+        h2d=costs.h2d_us(h2d_bytes).tolist(),
+        h2d_bytes=h2d_bytes.tolist(),
+        stage=(hc.launch_per_block_us * blocks).tolist(),
+        forward=fwd_total,
+        opened=dec._opened(k),
+        last_forward=last,
+    )
+
+
+def _phase(values, k: int) -> list[float]:
+    """A host phase's cost per step (a scalar when no term depends on the step)."""
+    arr = np.asarray(values, dtype=np.float64)
+    return arr.tolist() if arr.ndim else [float(arr)] * k
+
+
+def _forward_us(host: HostPhases, ctx0: np.ndarray, k: int, carry: bool):
+    """Each step's forward on the stream: the steps' only varying term, attention over the
+    growing contexts, vectorised; the rest as CostModel.forward gives it for the first step.
+    Both ends are checked against CostModel.forward itself."""
+    costs, gpu = host.costs, host.costs.gpu
+    n = int(ctx0.size)
+    padded = costs.graph_size(n)
+    ctx = ctx0[None, :] + np.arange(1, k + 1, dtype=np.int64)[:, None]  # [step, request]
+    first = costs.forward(DecodeProbe(ctx[0]), graph=True, carry_over=carry, padded_requests=padded)
+    kv = ctx.sum(axis=1)
+    pad = gpu.attention_kv_pad
+    read = (((ctx + pad - 1) // pad) * pad).sum(axis=1) if pad > 1 else kv
+    attention = np.maximum(
+        costs.attn_flops_coeff * kv.astype(np.float64) / costs.attn_flops,
+        (read + n) * costs.kv_bytes_per_token / costs.attn_bw,
+    )
+    if costs.walk_us:
+        attention = attention + costs.walk_us * np.minimum(ctx.max(axis=1), costs.partition(padded))
+    total = first.linear_us + first.lm_head_us + attention + first.overhead_us
+    total = total + first.carry_over_us
+    last = costs.forward(DecodeProbe(ctx[-1]), graph=True, carry_over=carry, padded_requests=padded)
+    if total[0] != first.total_us or total[-1] != last.total_us:
+        return None
+    return total.tolist(), last
+
+
+def fast_forward(host: HostPhases, inflight: Launched | None):
+    """A SimPy phase: fast-forward the steady steps ahead, if any (one timeout for all of
+    them); returns the batch in flight after them (async) or ``inflight`` unchanged."""
+    k, admit_at = plan(host, inflight)
+    if not k:
+        return inflight
+    is_async = inflight is not None
+    c = costs_of(host, k, is_async, inflight.batch.kv_tokens if is_async else 0)
+    if c is None:
+        host.fast_forward_on = False  # the cost model has a term this path does not know
+        return inflight
+    first_wait = inflight.d2h_done.time if is_async else None
+    tl = run_stretch(host, k, c, first_wait, admit_at, host.n["updates"])
+    k = tl.steps - (tl.steps % 2 if is_async else 0)
+    if k < (2 if is_async else 1):
+        return inflight
+    tl.truncate(k)
+    step0 = host.sched.step  # the first step the stretch launches
+    launches0 = host.launches
+    args, fwd_args = record(host, tl, c, step0, inflight.args if is_async else None)
+    count(host, tl, c, is_async)
+    new_inflight = hand_over(host, tl, inflight, step0, launches0, args, fwd_args)
+    yield host.env.timeout_at(tl.now)
+    return new_inflight

@@ -1,0 +1,85 @@
+"""The steady-state fast-forward is exact: a run that fast-forwards writes the very trace and
+counters of the run that steps (only SimPy's own event count differs: fewer events is the point),
+on random workloads with arrivals, EOS, chunked prefill, preemption, stalls and idle slowdown."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from sim_harness import make
+
+from cbsim.sim.engine import run
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def long_workloads(draw):
+    """Workloads with decode stretches long enough to fast-forward, and everything that breaks
+    them: arrivals, EOS, a tight KV cache, chunked prefill, finishing requests."""
+    batch = draw(st.integers(1, 8))
+    wl = {
+        "batch_size": batch,
+        "num_requests": draw(st.integers(1, 12)),
+        "prompt_len": draw(st.integers(1, 120)),
+        "prompt_dist": draw(st.sampled_from(["fixed", "uniform"])),
+        "prompt_spread": 0.4,
+        "gen_len": draw(st.integers(8, 160)),
+        "gen_dist": draw(st.sampled_from(["fixed", "uniform", "lognormal"])),
+        "gen_spread": 0.5,
+        "arrival": draw(st.sampled_from(["offline", "poisson"])),
+        "rate": draw(st.sampled_from([5.0, 50.0, 500.0])),
+        "max_batch_tokens": max(batch, draw(st.sampled_from([16, 64, 512]))),
+        "chunked_prefill": True,
+        "kv_block_size": draw(st.sampled_from([4, 16])),
+        "seed": draw(st.integers(0, 1000)),
+        "ignore_eos": draw(st.booleans()),
+    }
+    if wl["gen_dist"] != "lognormal" and draw(st.booleans()):  # preemption by recompute
+        longest = 2 * (int(wl["prompt_len"] * 1.4) + int(wl["gen_len"] * 1.5)) + 8
+        wl["kv_num_blocks"] = -(-longest // wl["kv_block_size"]) + draw(st.integers(0, 6))
+    return wl
+
+
+def _same(cfg, engine: str) -> None:
+    fast, slow = run(cfg, engine, fast_forward=True), run(cfg, engine, fast_forward=False)
+    cf, cs = fast.other_data["sim_counters"], slow.other_data["sim_counters"]
+    assert cf.pop("simpy_events") <= cs.pop("simpy_events")
+    assert fast.events == slow.events
+    assert fast.other_data == slow.other_data
+
+
+@SETTINGS
+@given(
+    long_workloads(),
+    st.sampled_from(["tiny", "llama3_1b", "llama3_8b"]),
+    st.sampled_from([0.0, 0.05]),
+    st.sampled_from([0, 7]),
+)
+def test_fast_forward_writes_the_trace_stepping_writes(wl, model, slowdown, stall_every):
+    try:
+        cfg = make(model, **wl)
+    except ValueError:
+        assume(False)
+    hw = cfg.hardware
+    cfg.hardware = dataclasses.replace(
+        hw,
+        gpu=dataclasses.replace(hw.gpu, idle_slowdown=slowdown),
+        host=dataclasses.replace(hw.host, stall_us=300.0, stall_every_steps=stall_every),
+    )
+    for engine in ("sync", "async"):
+        try:
+            _same(cfg, engine)
+        except ValueError:  # a drawn request that can never run: refused by both
+            assume(False)
+
+
+def test_a_long_steady_decode_is_fast_forwarded():
+    cfg = make("llama3_8b", batch_size=8, prompt_len=64, gen_len=600)
+    for engine in ("sync", "async"):
+        fast, slow = run(cfg, engine), run(cfg, engine, fast_forward=False)
+        events = fast.other_data["sim_counters"]["simpy_events"]
+        assert events * 20 < slow.other_data["sim_counters"]["simpy_events"]
+        assert fast.events == slow.events
