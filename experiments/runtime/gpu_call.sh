@@ -17,12 +17,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
   nproc; } > "$OUT/hardware.txt" 2>&1
 if [ -n "${TESTS:-1}" ] && [ "${TESTS:-1}" != 0 ]; then
   echo "== gpu tests: python3 -m pytest -q -m gpu tests/test_runtime_gpu.py"
-  timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu \
+  timeout "${TESTS_TIMEOUT:-150}" python3 -P -m pytest -q -p no:cacheprovider -m gpu \
     tests/test_runtime_gpu.py -rA -s 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 fi
 if [ -n "${CLI:-}" ]; then
   echo "== cli: python3 -m cbsim $CLI hydra.run.dir=/tmp/cli"
-  timeout "${CLI_TIMEOUT:-240}" python3 -m cbsim $CLI hydra.run.dir=/tmp/cli 2>&1 |
+  timeout "${CLI_TIMEOUT:-240}" python3 -P -m cbsim $CLI hydra.run.dir=/tmp/cli 2>&1 |
     tee "$OUT/cli.log" | tail -30
   tar czf "$OUT/cli.tgz" -C /tmp cli
 fi
