@@ -227,3 +227,17 @@ def test_per_kernel_gpu_time_by_kind_of_step():
     raw = _raw(DATA / "kineto_h200_transformers_cb.json.gz")
     kernel_us = sum(e["dur"] for e in raw["traceEvents"] if e.get("cat") == "kernel")
     assert sum(g["kernel_us"] for g in table.values()) == pytest.approx(kernel_us, rel=1e-6)
+
+
+def test_the_report_reads_the_per_kernel_table():
+    from cbsim.report.kernels import kernel_records, kernel_tables
+
+    trace = import_kineto(DATA / "kineto_h200_transformers_cb.json.gz")
+    records = kernel_records(trace)
+    table = trace.other_data["kineto"]["kernels"]
+    for kind, g in table.items():
+        mine = [r for r in records if r["kind"] == kind]
+        assert sum(r["gpu_us"] for r in mine) == pytest.approx(g["kernel_us"])
+    top = table[S.GRAPH_REPLAY]["top"][0]
+    html = kernel_tables(records)[S.GRAPH_REPLAY]
+    assert top["name"][:40] in html and f"{top['share']:.1%}" in html

@@ -22,6 +22,9 @@ NAME_CHARS = 90
 def kernel_records(trace: Trace) -> list[dict[str, Any]]:
     """The trace's kernel records as (name, kind, gpu_us, calls), largest first."""
     raw = trace.other_data.get(KERNELS_KEY)
+    kineto = trace.other_data.get("kineto")
+    if raw is None and isinstance(kineto, dict) and isinstance(kineto.get(KERNELS_KEY), dict):
+        raw = _import_records(kineto[KERNELS_KEY])
     if isinstance(raw, dict):  # {kind: [records]} is read the same way
         raw = [{**r, "kind": k} for k, rs in raw.items() if isinstance(rs, list) for r in rs]
     out = []
@@ -40,6 +43,21 @@ def kernel_records(trace: Trace) -> list[dict[str, Any]]:
             }
         )
     return sorted(out, key=lambda r: -r["gpu_us"])
+
+
+def _import_records(table: dict[str, Any]) -> list[dict[str, Any]]:
+    """cbsim.trace.kineto's table ({kind: {kernel_us, top: [{name, us, calls}]}}) as records;
+    the kernels past its top ones are one record, so shares are of the kind's whole time."""
+    out = []
+    for kind, g in table.items():
+        if not isinstance(g, dict) or not isinstance(g.get("top"), list):
+            continue
+        top = [{**r, "gpu_us": r.get("us"), "kind": kind} for r in g["top"] if isinstance(r, dict)]
+        rest = float(g.get("kernel_us") or 0.0) - sum(float(r.get("us") or 0.0) for r in top)
+        if rest > 1e-6:
+            top.append({"name": "(all other kernels)", "gpu_us": rest, "kind": kind})
+        out.extend(top)
+    return out
 
 
 def kernel_tables(records: list[dict[str, Any]], top: int = TOP) -> dict[str, str]:
