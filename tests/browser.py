@@ -59,6 +59,11 @@ PROBE_JS = """
 })()
 """
 
+# the page rectangle of the element a selector names, for a clipped screenshot
+CLIP_JS = """(() => { const r = document.querySelector(%s).getBoundingClientRect();
+  return JSON.stringify({x: r.left + scrollX, y: r.top + scrollY, width: r.width,
+                         height: r.height}); })()"""
+
 
 def available() -> bool:
     return Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK)
@@ -216,8 +221,10 @@ class Browser:
         settle: float = 0.3,
         expression: str = PROBE_JS,
         screenshot: str | os.PathLike[str] | None = None,
+        clip: str | None = None,
     ) -> PageResult:
-        """Load a file, wait for window.cbsimReady (or the timeout), collect what went wrong."""
+        """Load a file, wait for window.cbsimReady (or the timeout), collect what went wrong;
+        then evaluate `expression` (awaited) and take the screenshot (of `clip` alone)."""
         cdp, url = self.cdp, Path(path).resolve().as_uri()
         target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
@@ -240,11 +247,11 @@ class Browser:
             time.sleep(settle)  # let late console messages arrive
             probe = json.loads(cdp.evaluate(session, expression) or "{}")
             if screenshot:
-                shot = cdp.send(
-                    "Page.captureScreenshot",
-                    {"format": "png", "captureBeyondViewport": True},
-                    session,
-                )
+                params: dict[str, Any] = {"format": "png", "captureBeyondViewport": True}
+                if clip:  # only the element the CSS selector names (e.g. one plot)
+                    rect = json.loads(cdp.evaluate(session, CLIP_JS % json.dumps(clip)))
+                    params["clip"] = {**rect, "scale": 1}
+                shot = cdp.send("Page.captureScreenshot", params, session)
                 Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
             errors, external = _console_errors(self._events(session))
             return PageResult(ready, load_s, errors, external, probe)

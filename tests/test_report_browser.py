@@ -123,6 +123,26 @@ def test_sweep_report_draws_colourbars_with_units_from_a_shared_plotly(chromium,
     assert "GPU idle (%)" in r.probe["ytitles"] and "workload.gen_len" in r.probe["ytitles"]
 
 
+def test_online_and_capacity_pages_draw(chromium, tmp_path):
+    from test_report_serving import ONLINE
+
+    from cbsim.api import simulate
+    from cbsim.report.capacity_page import write_capacity_page
+
+    r = simulate(*ONLINE)
+    page = r.report(tmp_path / "online.html")
+    check(chromium.open(page), 7)  # + the latency CDFs and the queue
+    point = {"rate": 1.0, "meets_slo": True, "p99_ttft_ms": 50.0, "p99_tpot_ms": 9.0}
+    result = {
+        "stat": "p99",
+        "slo": {"ttft": 100.0, "tpot": 10.0},
+        "requests": 8,
+        "answer": "capacity under p99 TTFT <= 100 ms: sync 1 req/s",
+        "engines": {"sync": {"capacity_rate": 1.0, "at_least": False, "curve": [point]}},
+    }
+    check(chromium.open(write_capacity_page(result, tmp_path / "capacity.html")), 1)
+
+
 @pytest.mark.slow
 def test_a_simulated_run_report_opens(chromium, tmp_path):
     args = [
