@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from conftest import make_config
 
-from cbsim.bands import format_bands, predict_bands, scaled_host, speed_factors
+from cbsim.bands import as_engine, format_bands, predict_bands, scaled_host, speed_factors
 from cbsim.config import ConfigError
 from cbsim.config.hardware import HostCosts, HostSpread
 from cbsim.costs import CostModel
@@ -41,11 +41,14 @@ def test_bands_are_deterministic_and_ordered():
     assert predict_bands(config(between=0.3, within=0.2, seed=1)) != a
 
 
-def test_no_spread_gives_the_plain_simulation_as_a_point():
-    cfg = config()
+@pytest.mark.parametrize("name", ["sync", "async"])
+def test_no_spread_gives_the_plain_simulation_as_a_point(name):
+    """Both engines are banded whatever engine.name says (a sync config, carry-over off)."""
+    off = ["engine.carry_over=false"] if name == "sync" else []
+    cfg = config(extra=[f"engine={name}", *off])
     bands = predict_bands(cfg)
     for engine in ("sync", "async"):
-        plain = compute_metrics(run(cfg, engine))
+        plain = compute_metrics(run(as_engine(cfg, engine), engine))
         for metric in ("total_time_s", "gpu_idle_fraction"):
             got = bands[engine][metric]
             assert got["p5"] == got["median"] == got["p95"] == pytest.approx(plain[metric])
