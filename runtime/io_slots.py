@@ -90,61 +90,33 @@ def pack(
     carry-over index into this batch (-1 none), padded with -1 to carry_len. Padding rows write
     and read the scratch block only.
     """
-    bs = batch.block_size
-    q = batch.query_lens
-    b, t = len(q), int(batch.query_tokens)
-    tok_start = batch.cu_query_lens[:-1]
-    ctx = batch.context_lens
-    bt = batch.block_table_array(width, pad=scratch_block).astype(np.int64)
-    ids, positions, slots = batch.input_ids, batch.positions, batch.slot_mapping
-    logits_idx = batch.logits_indices
+    b, t = len(batch), int(batch.query_tokens)
     all_decode = t == b
     carry_arr = np.full(carry_len, -1, dtype=np.int64)
     if carry is not None and len(carry):
         carry_arr[: len(carry)] = carry
+    rows = {
+        "input_ids": batch.input_ids,
+        "positions": batch.positions,
+        "slots": batch.slot_mapping,
+        "logits_idx": batch.logits_indices,
+        "ctx": batch.context_lens,
+        "bt": batch.block_table_array(width, pad=scratch_block).astype(np.int64),
+    }
     if pad_to is not None:
         if not all_decode or pad_to < b:
             raise ValueError(f"pad_to={pad_to} needs a decode-only batch of at most that size")
-        pad = pad_to - b
-        ids = np.concatenate([ids, np.zeros(pad, np.int64)])
-        positions = np.concatenate([positions, np.zeros(pad, np.int64)])
-        slots = np.concatenate([slots, np.full(pad, scratch_block * bs, np.int64)])
-        logits_idx = np.concatenate([logits_idx, np.zeros(pad_to - len(logits_idx), np.int64)])
-        ctx = np.concatenate([ctx, np.ones(pad, np.int64)])
-        bt = np.concatenate([bt, np.full((pad, bt.shape[1]), scratch_block, np.int64)])
+        rows = _padded(rows, pad_to - b, scratch_block * batch.block_size, scratch_block)
         b = t = pad_to
-    parts = {
-        "input_ids": ids,
-        "positions": positions,
-        "slots": slots,
-        "logits_idx": logits_idx,
-        "carry": carry_arr,
-    }
-    pre_qmax = ext_qmax = 0
+    parts = {k: rows[k] for k in ("input_ids", "positions", "slots", "logits_idx")}
+    parts["carry"] = carry_arr
     if all_decode:
-        parts.update(dec_tok=np.arange(b, dtype=np.int64), dec_ctx=ctx, dec_bt=bt)
+        parts.update(dec_tok=np.arange(b, dtype=np.int64), dec_ctx=rows["ctx"], dec_bt=rows["bt"])
+        pre_qmax = ext_qmax = 0
     else:
-        is_dec = q == 1
-        start = batch.start_pos
-        dec = np.flatnonzero(is_dec)
-        pre = np.flatnonzero(~is_dec & (start == 0))
-        ext = np.flatnonzero(~is_dec & (start > 0))
-        parts.update(dec_tok=tok_start[dec], dec_ctx=ctx[dec], dec_bt=bt[dec])
-        if len(pre):
-            pre_qmax = int(q[pre].max())
-            parts.update(pre_tok=tok_start[pre], pre_qlen=q[pre])
-        if len(ext):
-            ext_qmax = int(q[ext].max())
-            width = -(-int(ctx[ext].max()) // bs)
-            parts.update(
-                ext_tok=tok_start[ext],
-                ext_qlen=q[ext],
-                ext_start=start[ext],
-                ext_bt=bt[ext][:, :width],
-            )
-    sizes = {k: v.shape for k, v in parts.items()}
+        pre_qmax, ext_qmax = _attention_groups(batch, rows["ctx"], rows["bt"], parts)
     layout = make_layout(
-        sizes,
+        {k: v.shape for k, v in parts.items()},
         num_tokens=t,
         num_sample=int(batch.num_samples),
         all_decode=all_decode,
@@ -155,6 +127,44 @@ def pack(
         [np.asarray(parts[k], dtype=np.int64).reshape(-1) for k in SECTIONS if k in parts]
     )
     return flat, layout
+
+
+def _padded(rows: dict, pad: int, scratch_slot: int, scratch_block: int) -> dict:
+    """A decode batch's rows with `pad` padding rows that touch only the scratch block."""
+    bt = rows["bt"]
+    logits = rows["logits_idx"]
+    return {
+        "input_ids": np.concatenate([rows["input_ids"], np.zeros(pad, np.int64)]),
+        "positions": np.concatenate([rows["positions"], np.zeros(pad, np.int64)]),
+        "slots": np.concatenate([rows["slots"], np.full(pad, scratch_slot, np.int64)]),
+        "logits_idx": np.concatenate([logits, np.zeros(len(bt) + pad - len(logits), np.int64)]),
+        "ctx": np.concatenate([rows["ctx"], np.ones(pad, np.int64)]),
+        "bt": np.concatenate([bt, np.full((pad, bt.shape[1]), scratch_block, np.int64)]),
+    }
+
+
+def _attention_groups(batch, ctx: np.ndarray, bt: np.ndarray, parts: dict) -> tuple[int, int]:
+    """A mixed step's three attention groups into `parts`: decode rows, prompt chunks from
+    position 0 ("pre"), chunks after a cached prefix ("ext", with their own table width);
+    returns the longest chunk of each prefill group."""
+    q, start = batch.query_lens, batch.start_pos
+    tok_start = batch.cu_query_lens[:-1]
+    is_dec = q == 1
+    dec = np.flatnonzero(is_dec)
+    pre = np.flatnonzero(~is_dec & (start == 0))
+    ext = np.flatnonzero(~is_dec & (start > 0))
+    parts.update(dec_tok=tok_start[dec], dec_ctx=ctx[dec], dec_bt=bt[dec])
+    pre_qmax = ext_qmax = 0
+    if len(pre):
+        pre_qmax = int(q[pre].max())
+        parts.update(pre_tok=tok_start[pre], pre_qlen=q[pre])
+    if len(ext):
+        ext_qmax = int(q[ext].max())
+        width = -(-int(ctx[ext].max()) // batch.block_size)
+        parts.update(
+            ext_tok=tok_start[ext], ext_qlen=q[ext], ext_start=start[ext], ext_bt=bt[ext][:, :width]
+        )
+    return pre_qmax, ext_qmax
 
 
 def empty_decode_layout(pad_to: int, width: int, carry_len: int) -> Layout:

@@ -45,6 +45,28 @@ class StepPlan:
     forward_args: dict | None = None
 
 
+def runtime_model(
+    config: CbsimConfig, device: torch.device, model: torch.nn.Module | None
+) -> torch.nn.Module:
+    """The model the runner drives: built from the config and, on CUDA, fused as mode.* asks
+    (one GEMM for q/k/v and one for gate/up; RMSNorm and RoPE as one Triton kernel each), or
+    the model passed in, as it is, with its attention switched to the paged cache."""
+    if model is not None:
+        register()
+        model.config._attn_implementation = ATTN_NAME
+        return model
+    model = build_model(config.model, device, seed=config.workload.seed)
+    if device.type == "cuda" and config.mode.fuse_projections:
+        from .kernels.fused_projections import fuse_qkv_and_gate_up
+
+        fuse_qkv_and_gate_up(model)
+    if device.type == "cuda" and config.mode.fuse_norm_rope:
+        from .kernels.fused_elementwise import fuse_norm_and_rope
+
+        fuse_norm_and_rope(model)
+    return model
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -61,22 +83,7 @@ class ModelRunner:
     ) -> None:
         w = config.workload
         self.device = device
-        if model is None:
-            model = build_model(config.model, device, seed=w.seed)
-            # one GEMM for q/k/v and one for gate/up (runtime/kernels, issue 7); CUDA only
-            if device.type == "cuda" and config.mode.fuse_projections:
-                from .kernels.fused_projections import fuse_qkv_and_gate_up
-
-                fuse_qkv_and_gate_up(model)
-            # RMSNorm and RoPE in one Triton kernel each (issue 7); mode.fuse_norm_rope=false: off
-            if device.type == "cuda" and config.mode.fuse_norm_rope:
-                from .kernels.fused_elementwise import fuse_norm_and_rope
-
-                fuse_norm_and_rope(model)
-        else:
-            register()
-            model.config._attn_implementation = ATTN_NAME
-        self.model = model
+        self.model = runtime_model(config, device, model)
         self.shape = model_shape(self.model)
         s = self.shape
         dtype = DTYPES[config.model.dtype] if not config.model.path else self.model.dtype
