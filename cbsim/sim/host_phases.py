@@ -45,7 +45,7 @@ class HostPhases:
     """One simulated run's host thread: scheduler, cost model, device (streams), IO slots,
     trace and counters, and the phases that use them."""
 
-    def __init__(self, config: CbsimConfig, setup: RunSetup, trace: TraceBuilder) -> None:
+    def __init__(self, config: CbsimConfig, setup: RunSetup, trace: TraceBuilder | None) -> None:
         self.config, self.engine, self.trace = config, setup.engine, trace
         self.env = Clock()
         w = config.workload
@@ -58,6 +58,7 @@ class HostPhases:
         self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
         self._last_counters: dict[str, int] = {}
         self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
+        self._admitted: set[int] = set()  # rids whose "scheduled" instant is written
         self.hazards = HazardLog(self.rec)
         self.slots = SlotTracker(setup.io_slots, self.hazards)
         self.launches = 0
@@ -110,12 +111,20 @@ class HostPhases:
         if batch is None:
             yield self._phase(S.SCHEDULE, self.costs.schedule_us(0, 0), NO_BATCH)
             return None
+        if batch.num_prefill:  # a request's first admission ends its queue time
+            self._scheduled_instants(batch, now)
         costs, requests = self.costs, batch.num_requests
         cost = costs.schedule_us(
             requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
         )
         yield self._phase(S.SCHEDULE, cost, batch_args(batch))
         return batch
+
+    def _scheduled_instants(self, batch: Batch, now: float) -> None:
+        for rid, start in zip(batch.rids.tolist(), batch.start_pos.tolist()):
+            if start == 0 and rid not in self._admitted:
+                self._admitted.add(rid)
+                self.rec.request_event(S.SCHEDULED, now, rid, step=batch.step)
 
     def idle_until_arrival(self):
         """Nothing to run and nothing in flight: sleep until the next request arrives."""
