@@ -205,12 +205,16 @@ def build_page(results: list[RunResult], pairs: list[Speedup], out: dict[str, An
         *(c[0] for c in ERROR_COLUMNS),
     ]
     page.add(table(header, rows, classes))
-    page.para(
+    note = (
         "Percent errors are relative to the recorded value; GPU idle is the difference of "
-        "the two idle shares in percentage points. Held out: the profile used was fitted "
-        "without this run (and without every run sharing what the holdout names).",
-        "note",
+        "the two idle shares in percentage points."
     )
+    if held_label:
+        note += (
+            " Held out: the profile used was fitted without this run (and without every run "
+            "sharing what the holdout names)."
+        )
+    page.para(note, "note")
     page.heading("Step-time distributions", anchor="steps")
     page.figure(distribution_figure(results), "steps")
     page.heading("Timelines, recorded above simulated", anchor="timelines")

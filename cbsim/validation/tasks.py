@@ -17,6 +17,7 @@ from cbsim.calibration.recordings import Recorded, label, load, recordings_root,
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.rundir import atomic_write_text
 from cbsim.trace import write_trace
+from cbsim.validation.banding import attach_bands
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
 from cbsim.validation.report import write_validation_report
 from cbsim.validation.runs import RunResult, error_table, validate_run
@@ -46,6 +47,8 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "same_stack": "fit on runs of the held-out run's stack only (one runtime version)",
         "fit_on": "holdout=fit_on: the calibration set (paths or globs)",
         "jobs": "worker processes for the fits (0: one per CPU)",
+        "bands": "draw P5-P95 bands from the profile's host-speed spread and say whether each "
+        "recording lies inside: true, false, or auto (with holdout=call)",
         "progress": "show a progress bar with an ETA on stderr",
         "report": "write validation.html",
         "save_sim_traces": "also write each simulated trace",
@@ -184,6 +187,19 @@ def chosen_holdout(extra: dict[str, Any], recs: list[Recorded]) -> str:
     return holdout
 
 
+def wants_bands(extra: dict[str, Any], holdout: str, results: list[RunResult]) -> bool:
+    value = extra.get("bands", "auto")
+    if value not in (True, False, "auto"):
+        raise ConfigError(f"extra.bands={value!r}; allowed: true, false, auto")
+    if value is False or (value == "auto" and holdout != "call"):
+        return False
+    spread = [r.hardware.host.spread for r in results if r.hardware is not None]
+    if not any(s.between_calls or s.within_run for s in spread):
+        log.warning("no bands: the profile carries no host-speed spread (hardware.host.spread)")
+        return False
+    return True
+
+
 def run_validate(
     config: CbsimConfig, recs: list[Recorded], run_dir: Path, root: Path
 ) -> dict[str, Any]:
@@ -191,6 +207,8 @@ def run_validate(
     holdout = chosen_holdout(extra, recs)
     results = held_out_results(config, recs, holdout, root)
     pairs = speedups(results)
+    if wants_bands(extra, holdout, results):
+        attach_bands(results, pairs, bool(extra.get("progress", True)))
     out = {
         "task": "validate",
         "holdout": holdout,

@@ -1,0 +1,60 @@
+"""Predicted bands for validated runs: how far the host-speed spread the profile carries moves a
+run's total time, GPU idle and async speedup, placed around the simulated value, so each run can
+say whether the recording lies inside P5-P95.
+
+The draws are cbsim.bands' (its host-speed factors and scaled host costs, seeded), each engine
+simulated with its own recorded config and measured as the validation measures it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cbsim.bands import band, scaled_host, speed_factors
+from cbsim.config.schema import HardwareConfig
+from cbsim.validation.measure import measure, simulate_like
+from cbsim.validation.progress import progress
+from cbsim.validation.runs import BANDED, RunResult
+from cbsim.validation.speedup import Speedup
+
+
+def drawn_metrics(result: RunResult, hw: HardwareConfig) -> list[dict[str, float]]:
+    """Per host-speed draw of ``hw``'s spread: the banded metrics of the run simulated so."""
+    spread = hw.host.spread
+    out = []
+    for i, factor in enumerate(speed_factors(spread.between_calls, spread.draws, spread.seed)):
+        host = scaled_host(hw.host, factor, spread.seed + 1 + i)
+        m = measure(simulate_like(result.rec, dataclasses.replace(hw, host=host)))
+        out.append({k: float(m[k]) for k in BANDED if m.get(k) is not None})
+    return out
+
+
+def around(value: float, q: dict[str, float]) -> tuple[float, float]:
+    """The band's P5 and P95 moved by the distance of ``value`` from the band's median."""
+    return value + q["p5"] - q["median"], value + q["p95"] - q["median"]
+
+
+def attach(result: RunResult, draws: list[dict[str, float]]) -> None:
+    for metric in BANDED:
+        value = result.sim.get(metric)
+        values = [d[metric] for d in draws if metric in d]
+        if value is not None and values:
+            result.band[metric] = around(float(value), band(values))
+
+
+def attach_bands(results: list[RunResult], pairs: list[Speedup], show: bool = True) -> None:
+    """Bands on every run with a profile, and on every pair whose runs share one (the same
+    draws for both engines: the speedup of each draw)."""
+    runs = [r for r in results if r.hardware is not None]
+    draws: dict[int, list[dict[str, Any]]] = {}
+    for r in progress(runs, len(runs), "drawing bands", show):
+        draws[id(r)] = drawn_metrics(r, r.hardware)
+        attach(r, draws[id(r)])
+    for p in pairs:
+        if p.predicted is None or p.sync.hardware is not p.async_.hardware:
+            continue
+        key = "total_time_s"
+        s, a = draws.get(id(p.sync), []), draws.get(id(p.async_), [])
+        ratios = [x[key] / y[key] for x, y in zip(s, a) if x.get(key) and y.get(key)]
+        if ratios:
+            p.band = around(p.predicted, band(ratios))
