@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from cbsim.config import ConfigError
 from cbsim.rundir import FINISHED_FILE, LOCK_FILE, read_finished
+from cbsim.sweep.summary import FINISHED, collect_jobs
 
 TINY = ["model=tiny", "workload.batch_size=2", "workload.gen_len=8"]
 # a simulation that runs for many seconds: requests keep arriving, so no step repeats the last
@@ -237,6 +238,37 @@ def test_a_run_that_cannot_fit_the_device_says_so_in_metrics_and_summary(tmp_pat
     small = json.loads((sweep / "0" / "metrics.json").read_text())
     assert small["fits_device"] is False
     assert small["device_bytes_needed"] > small["device_bytes_available"] == 1e3
+
+
+def test_a_rerun_that_fails_leaves_no_stale_metrics_of_the_old_config(tmp_path):
+    # a job directory run again with another config whose run fails keeps nothing that reads
+    # as finished: the summary must not list the old config's metrics under the new overrides
+    run_dir = tmp_path / "job"
+    common = [
+        "model=tiny",
+        "workload.batch_size=2",
+        "output.report=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    ok = run_cli([*common, "workload.gen_len=4"], cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert (run_dir / "metrics.json").is_file()
+    # the same directory, another config whose run fails (a drawn prompt over the budget)
+    bad = run_cli(
+        [
+            *common,
+            "workload.gen_len=8",
+            "workload.prompt_dist=lognormal",
+            "workload.prompt_spread=1.0",
+            "workload.chunked_prefill=false",
+            "workload.max_batch_tokens=300",
+        ],
+        cwd=tmp_path,
+    )
+    assert bad.returncode != 0
+    (job,) = collect_jobs(tmp_path)
+    assert "workload.gen_len=8" in job.overrides
+    assert job.status != FINISHED
 
 
 # --- sweeps killed at random points ---

@@ -67,7 +67,6 @@ def test_sim_mode_never_imports_torch():
 def test_every_package_folder_is_listed_and_no_links():
     """The package-dir mapping lists packages by hand: a new folder must be added to it."""
     import tomllib
-
     from conftest import REPO
 
     listed = set(
@@ -77,12 +76,18 @@ def test_every_package_folder_is_listed_and_no_links():
         "cbsim": REPO / "cbsim",
         "cbsim.runtime": REPO / "runtime",
         "cbsim.conf": REPO / "conf",
+        "hydra_plugins": REPO / "hydra_plugins",
     }
     found = set()
     for name, root in roots.items():
         for init in root.rglob("__init__.py"):
             rel = init.parent.relative_to(root).parts
             found.add(".".join((name, *rel)))
+    assert not (REPO / "hydra_plugins" / "__init__.py").exists(), "Hydra's namespace: no __init__"
     assert found - listed == set(), "package folders missing from pyproject's packages"
-    links = [p for p in REPO.rglob("*") if p.is_symlink() and ".venv" not in p.parts]
+    links = [
+        p
+        for p in REPO.rglob("*")
+        if p.is_symlink() and not any(part.startswith(".venv") for part in p.parts)
+    ]
     assert links == []

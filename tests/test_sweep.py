@@ -231,7 +231,7 @@ def test_interrupted_sweep_resumes_and_summarises_every_job(tmp_path):
 PLUGINS = {
     "parallel": "hydra_plugins.hydra_joblib_launcher",
     "slurm_local": "hydra_plugins.hydra_submitit_launcher",
-    # optional: pip install 'cbsim[ray]' (not in the test extra: it pulls in ray)
+    # in .venv-ray only (.ci/run): its cloudpickle < 3 pin clashes with joblib's >= 3
     "ray_local": "hydra_plugins.hydra_ray_launcher",
 }
 

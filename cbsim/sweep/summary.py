@@ -35,6 +35,7 @@ LEAD_METRICS = (
     "tokens_per_s",
     "steps",
     "hazards",
+    "fits_device",
 )
 
 
