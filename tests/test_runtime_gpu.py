@@ -79,6 +79,7 @@ def test_async_overlaps_host_and_gpu_and_shares_the_graph_pool(config_factory):
     ahead = sum(launches[s + 1] < comp.end[s] for s in comp.index if s + 1 in launches.index)
     print(f"launched ahead of the previous forward's end: {ahead} of {len(comp)} steps")
     assert ahead > 0.5 * len(comp)
+    assert res.summary["gc_collections_in_loop"] == 0  # the collector is off inside the loop
     assert set(comp.name) == {S.GRAPH_REPLAY, S.FORWARD}
     mem = res.trace.other_data["memory"]
     one, both = mem["graph_pool_bytes_single_slot"], mem["graph_pool_bytes"]

@@ -312,3 +312,42 @@ def test_metrics_of_an_untraced_run_are_its_counts_not_zeros(config_factory):
     assert m["total_time_s"] == pytest.approx(result.summary["wall_s"])
     assert m["tokens_per_s"] == pytest.approx(6 * 8 / result.summary["wall_s"])
     assert math.isnan(m["gpu_idle_fraction"]) and math.isnan(m["cpu_blocked_fraction"])
+
+
+def test_the_loop_runs_with_the_collector_frozen_and_off(config_factory, monkeypatch):
+    """Nothing is collected inside the timed loop (a full collection of a built model takes
+    100-270 ms): the collector is off and the heap frozen while the scheduler is driven, and
+    both are restored afterwards."""
+    import gc
+
+    from cbsim.scheduler import Scheduler
+
+    seen = []
+    real = Scheduler.update
+
+    def update(self, batch, tokens):
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        return real(self, batch, tokens)
+
+    monkeypatch.setattr(Scheduler, "update", update)
+    assert gc.isenabled()
+    result = execute(config_factory(BASE + CASES["staggered"]), "sync")
+    assert seen and all(not enabled and frozen > 0 for enabled, frozen in seen)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert result.summary["gc_collections_in_loop"] == 0
+
+
+def test_a_run_longer_than_the_recorders_estimate_is_recorded_whole(config_factory, monkeypatch):
+    """The recorder's per-step arrays grow when a run outlasts their estimate (preemption,
+    arrivals): every step still has its five host phases and three stream ops."""
+    import cbsim.runtime.engine as eng
+
+    monkeypatch.setattr(eng, "estimate_steps", lambda workload, requests: 1)
+    config = config_factory(BASE + CASES["preempt"])
+    result = execute(config, "sync")
+    steps = result.summary["steps"]
+    assert steps > 16  # past the recorder's smallest allocation
+    spans = validate(result.trace.to_json_obj()).spans
+    assert (spans.name == S.FORWARD).sum() == steps
+    assert (spans.name == S.UPDATE).sum() == steps
+    assert_same_tokens(result, reference_tokens(config))
