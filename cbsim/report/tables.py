@@ -11,6 +11,8 @@ from cbsim.metrics import SUMMARY_ROWS, compare_metrics
 from cbsim.report.html import table
 from cbsim.trace.model import Trace
 
+HOST_ROWS = 8  # host phases in the metrics table, the largest per step first
+
 
 def _fmt(value: Any, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -84,12 +86,24 @@ def metrics_table(metrics: dict[str, dict[str, Any]]) -> str:
             *(_fmt(metrics[n].get("gpu_forward_ms_mean"), "{:.3f}") for n in names),
         ]
     )
-    phases = sorted({p for n in names for p in (metrics[n].get("host_ms_per_step") or {})})
-    for p in phases:
+    per = {n: metrics[n].get("host_ms_per_step") or {} for n in names}
+    phases = sorted({p for n in names for p in per[n]})
+    # an import's host lane holds every runtime call by name: its HOST_ROWS largest are shown
+    phases.sort(key=lambda p: -max(per[n].get(p) or 0.0 for n in names))
+    kept = sorted(phases[:HOST_ROWS])
+    for p in kept:
         rows.append(
             [
                 f"host {p} (ms/step)",
                 *(_fmt((metrics[n].get("host_ms_per_step") or {}).get(p), "{:.3f}") for n in names),
+            ]
+        )
+    if len(phases) > len(kept):
+        rest = phases[HOST_ROWS:]
+        rows.append(
+            [
+                f"host: {len(rest)} more phases (ms/step)",
+                *(_fmt(sum(per[n].get(p) or 0.0 for p in rest), "{:.3f}") for n in names),
             ]
         )
     classes = [[""] * (len(names) + 1) for _ in rows]
