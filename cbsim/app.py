@@ -110,7 +110,9 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
     if out.report:
         from cbsim.report import write_run_report
 
-        write_run_report(runs, config, run_dir / REPORT_FILE)
+        # a sweep's job reports share the sweep directory's one plotly.min.js
+        in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+        write_run_report(runs, config, run_dir / REPORT_FILE, run_dir.parent if in_sweep else None)
     if out.print_table:
         print(format_table({e: m for e, (_, m) in runs.items()}))
         if "comparison" in metrics:
