@@ -64,6 +64,7 @@ class Recorder:
         self.timed = np.zeros(n, bool)  # the step's stream ops are recorded
         self.submitted = np.zeros(n)  # perf_counter when the host had submitted the forward
         self.arrival = np.zeros(requests)
+        self.admit = np.full((requests, 2), np.nan)  # first admission: time, step
         self.first = np.full((requests, 2), np.nan)  # time, step
         self.finish = np.full((requests, 4), np.nan)  # time, step, tokens, reason
         self.prompt_max = np.zeros((requests, 2), np.int64)
@@ -101,6 +102,9 @@ class Recorder:
         c[0] = sched.num_waiting
         c[1] = sched.num_running
         c[2] = sched.kv_blocks_used
+        if batch.num_prefill:  # a request's first admission ends its queue time
+            first = batch.rids[(batch.start_pos == 0) & np.isnan(self.admit[batch.rids, 0])]
+            self.admit[first] = t0, row
         return row
 
     def launched(self, row: int, slot: int, t0: float, t1: float, t2: float, plan) -> None:
@@ -239,6 +243,9 @@ class Recorder:
             tb.request_event(
                 S.ARRIVAL, us(self.arrival[rid]), rid, prompt_len=plen, max_new_tokens=max_new
             )
+        for rid in np.flatnonzero(~np.isnan(self.admit[:, 0])).tolist():
+            t, step = self.admit[rid]
+            tb.request_event(S.SCHEDULED, us(t), rid, step=int(step))
         for rid in np.flatnonzero(~np.isnan(self.first[:, 0])).tolist():
             t, step = self.first[rid]
             tb.request_event(S.FIRST_TOKEN, us(t), rid, step=int(step))
