@@ -89,3 +89,18 @@ def test_sweep_page_marks_infeasible_jobs_and_shares_plotly(tmp_path):
     assert f'<script src="{PLOTLY_FILE}"></script>' in html
     assert (sweep / PLOTLY_FILE).stat().st_size > 3_000_000
     assert page.stat().st_size < 300_000
+
+
+def test_job_reports_of_a_sweep_share_its_plotly(tmp_path):
+    from conftest import run_cli
+
+    sweep = tmp_path / "sw"
+    args = ["-m", "engine=sync,async", "model=tiny", "workload.batch_size=4"]
+    args += ["workload.gen_len=16", "output.report=true", f"hydra.sweep.dir={sweep}"]
+    r = run_cli(args, cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (sweep / PLOTLY_FILE).is_file() and not (sweep / "0" / PLOTLY_FILE).exists()
+    for job in ("0", "1"):
+        page = sweep / job / "report.html"
+        assert f'<script src="../{PLOTLY_FILE}"></script>' in page.read_text()
+        assert page.stat().st_size < 300_000
