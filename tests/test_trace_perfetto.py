@@ -152,3 +152,9 @@ def test_a_merged_trace_with_a_bad_run_names_the_run(tmp_path):
     with pytest.raises(TraceError, match="merged run 'async': spans .* overlap"):
         read_trace(path)
     assert split_merged(loop_trace("sync", 2)).keys() == {"sync"}
+
+
+def test_a_merged_trace_is_measured_run_by_run():
+    merged = merge_traces({"sync": loop_trace("sync", 3), "async": loop_trace("async", 3)})
+    with pytest.raises(TraceError, match="merged trace of sync, async: measure each run"):
+        compute_metrics(merged)

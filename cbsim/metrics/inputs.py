@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from cbsim.trace import schema as S
+from cbsim.trace.errors import TraceError
+from cbsim.trace.merge import is_merged
 from cbsim.trace.model import Trace
 
 # spans: one row per complete event (host phase or stream op); a span without a batch has
@@ -76,8 +78,14 @@ def _with_columns(frame: pd.DataFrame | dict[str, Any], fields: dict[str, Any]) 
 
 
 def inputs_from_trace(trace: Trace) -> MetricInputs:
-    """The metric tables of a trace (its cached span and instant views)."""
+    """The metric tables of a trace (its cached span and instant views); a merged trace holds
+    several runs, each measured on its own (cbsim.trace.split_merged)."""
     other = trace.other_data
+    if is_merged(other):
+        raise TraceError(
+            f"a merged trace of {', '.join(map(str, other.get('runs', [])))}: measure each run "
+            "(cbsim.trace.read_traces / split_merged)"
+        )
     inst = trace.instants
     keep = [c for c in INSTANT_FIELDS if c in inst]
     memory = other.get("memory")
