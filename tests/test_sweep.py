@@ -175,6 +175,33 @@ def test_job_hooks_move_the_bar_only_in_sweeps(tmp_path):
         progress.close_bar()
 
 
+@pytest.mark.parametrize(
+    "job",
+    [
+        ["engine=sync", "workload.batch_size=8", "workload.gen_len=1024"],
+        ["engine=async", "workload.batch_size=256", "hardware.gpu.carry_over_us=5.5"],
+        ["model=tiny", "workload.prompt_dist=uniform", "workload.prompt_spread=0.25"],
+        ["+experiment=seed", "workload.batch_size=4"],  # a group added: Hydra's full path
+    ],
+)
+def test_a_job_composed_from_the_cached_defaults_equals_hydras_own(job):
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from cbsim.sweep.compose import JobComposer
+
+    with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", ["hydra.sweep.dir=/tmp/x"], RunMode.MULTIRUN)
+        composer = JobComposer(master)
+        composer.compose(["engine=sync", "workload.batch_size=1"])  # the defaults get cached
+        fast, full = composer.compose(job), composer.full(job)
+    assert OmegaConf.to_container(fast) == OmegaConf.to_container(full)
+    assert list(fast.hydra.overrides.task) == job
+
+
 def test_rebuild_from_the_command_line(tmp_path, capsys):
     sweep = make_sweep(
         tmp_path / "sw", ["engine=sync,async", "workload.batch_size=8", "workload.gen_len=1024"]

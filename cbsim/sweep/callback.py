@@ -87,7 +87,7 @@ class SweepSummary(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if _in_multirun(config):
-            update_bar(1)  # a job run in the launching process (the basic launcher)
+            update_bar(1)  # a job run in the launching process (a job process has no bar)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         close_bar()

@@ -122,9 +122,8 @@ class BatchedLauncher(Launcher):
         ]
         done: dict[int, JobReturn] = {}
         if self._workers() == 1:
-            for job in jobs:
-                done.update(run_batch([job], self.hydra_context, self.task_function))
-                update_bar(1)
+            # the bar moves in the sweep callback's on_job_end, which runs in this process
+            done.update(run_batch(jobs, self.hydra_context, self.task_function))
         else:
             self._in_workers(jobs, done)
         return [done[idx] for idx, _ in jobs]
