@@ -4,9 +4,10 @@ process (so its peak RSS is its own), refused or read.
     python benchmarks/bench_trace_read.py [--dir DIR] [--events N ...]
 
 Cases: a gzip bomb (4 MB that expands to 4 GiB: 64 members of 64 MiB of zeros), a plain
-10^7-event trace (about 0.8 GB) and the same gzipped, and traces of N events (default 10^5 and
-just under the reader's event limit, 10^6) read and measured (read_trace + compute_metrics). The limits
-are cbsim.trace.load.DEFAULT_MAX_BYTES / DEFAULT_MAX_EVENTS. A benchmark, never a timed test.
+10^7-event trace (about 1.35 GB) and the same gzipped, and traces of N events (default 10^5 and
+just under the reader's event limit, 10^6) read and measured (read_trace + compute_metrics).
+The limits are cbsim.trace.load.DEFAULT_MAX_BYTES / DEFAULT_MAX_EVENTS. A benchmark, never a
+timed test.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ So the timeline of an engine not written here (transformers' own continuous batc
   matches ``step_marker`` (default: ``forward`` or ``forward#N``, also ``graph_replay``), else
   ``ProfilerStep#N``, else each ``cudaGraphLaunch`` (then the compute kernels launched eagerly
   between two launches form one eager forward, if there are enough of them). A kernel belongs
-  to the step whose marker encloses its launch (the CUDA runtime call it is correlated with). On the compute lane a step is ONE span, named
+  to the step whose marker encloses its launch (the CUDA runtime call it is correlated with).
+  On the compute lane a step is ONE span, named
   ``graph_replay`` when it was launched by ``cudaGraphLaunch``, else ``forward``, from its first
   kernel's start to its last kernel's end (as the simulator and the runtime record a forward:
   the gaps between its kernels count as busy), with ``kernels`` and ``kernel_busy_us`` in args.

@@ -21,8 +21,8 @@ from cbsim.trace.errors import TraceError
 DEFAULT_MAX_BYTES = 256 << 20
 # Files with more events are refused before parsing (counted as "ph" keys in the text): a
 # parsed event and its row in the span table take about 1.6 KB, so a trace at this limit is
-# read and measured in about 1.6 GB and 30 s (benchmarks/bench_trace_read.py); a 16K-step simulation
-# writes about 150K events.
+# read and measured in about 1.6 GB and 30 s (benchmarks/bench_trace_read.py); a 16K-step
+# simulation writes about 150K events.
 DEFAULT_MAX_EVENTS = 1_000_000
 CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
