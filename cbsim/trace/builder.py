@@ -66,11 +66,13 @@ class TraceBuilder:
         for lane in (*S.REQUIRED_LANES, S.REQUESTS):
             self.declare_lane(lane)
 
-    def declare_lane(self, lane: str) -> None:
-        """Name a lane (thread_name metadata; process_name for the first lane of a process)."""
+    def declare_lane(self, lane: str, ids: tuple[int, int] | None = None) -> None:
+        """Name a lane (thread_name metadata; process_name for the first lane of a process).
+        ``ids``: the (pid, tid) of a lane the format does not name (a Kineto import's other
+        streams); the format's lanes have theirs in S.LANE_IDS."""
         if lane in self._ids:
             return
-        pid, tid = S.LANE_IDS[lane]
+        pid, tid = ids if ids is not None else S.LANE_IDS[lane]
         if not any(p == pid for p, _ in self._ids.values()):
             self.events.append(
                 {

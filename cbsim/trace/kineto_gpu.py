@@ -21,6 +21,8 @@ OVERLAP_TOLERANCE_US = 1.0
 TOP_KERNELS = 20
 MAX_KERNEL_NAME = 240
 OUTSIDE_STEPS = "outside steps"
+EXTRA_LANE_PREFIX = "stream:"
+EXTRA_TID = 16
 
 
 def graph_launch(e: dict[str, Any], graph_calls: set) -> bool:
@@ -49,12 +51,18 @@ def stream_lanes(gpu: list[dict[str, Any]]) -> dict[int, str]:
 
 
 def _extra_lane(stream: Any) -> str:
-    """A lane of its own for a stream that is none of the three (declared on the fly)."""
-    lane = f"stream:{stream}"
-    if lane not in S.LANE_IDS:
-        tid = 16 + (int(stream) if isinstance(stream, int) else len(S.LANE_IDS))
-        S.LANE_IDS[lane] = (2, tid)
-    return lane
+    """A lane of its own for a stream that is none of the three (``declare_extra_lanes``)."""
+    return f"{EXTRA_LANE_PREFIX}{stream}"
+
+
+def declare_extra_lanes(b: TraceBuilder, lanes: dict[Any, str]) -> None:
+    """Name the lanes of the other streams, on the gpu process: thread 16 + the stream's
+    number (CUDA stream ids are integers), or past 1000 for a stream named otherwise."""
+    pid = S.LANE_IDS[S.COMPUTE][0]
+    others = [(s, lane) for s, lane in lanes.items() if lane.startswith(EXTRA_LANE_PREFIX)]
+    for i, (stream, lane) in enumerate(others):
+        tid = EXTRA_TID + (stream if isinstance(stream, int) and stream >= 0 else 1000 + i)
+        b.declare_lane(lane, (pid, tid))
 
 
 def _step_of(ts: float, markers: list[tuple[float, float]]) -> int:
@@ -78,6 +86,7 @@ def gpu_spans(
     """One span per step on the compute lane; everything else kernel by kernel. With graph
     launches as the only markers, the compute kernels launched eagerly between two of them form
     one eager forward when there are enough of them (a quarter of a replay's kernels)."""
+    declare_extra_lanes(b, lanes)
     steps: dict[Any, dict[str, Any]] = defaultdict(
         lambda: {"start": math.inf, "end": -math.inf, "busy": 0.0, "kernels": 0, "graph": False}
     )
