@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from cbsim.config.schema import CbsimConfig, EngineConfig, ModelConfig, WorkloadConfig
 from cbsim.metrics import compute_metrics
@@ -110,3 +111,31 @@ def check_trace(trace, cfg: CbsimConfig, ordered: bool = True) -> dict:
     assert m["hazards"] == c["hazards"]
     assert m["hazards_by_kind"] == c["hazards_by_kind"]
     return m
+
+
+@st.composite
+def long_workloads(draw):
+    """Workloads with decode stretches long enough to fast-forward, and everything that breaks
+    them: arrivals, EOS, a tight KV cache, chunked prefill, finishing requests."""
+    batch = draw(st.integers(1, 8))
+    wl = {
+        "batch_size": batch,
+        "num_requests": draw(st.integers(1, 12)),
+        "prompt_len": draw(st.integers(1, 120)),
+        "prompt_dist": draw(st.sampled_from(["fixed", "uniform"])),
+        "prompt_spread": 0.4,
+        "gen_len": draw(st.integers(8, 160)),
+        "gen_dist": draw(st.sampled_from(["fixed", "uniform", "lognormal"])),
+        "gen_spread": 0.5,
+        "arrival": draw(st.sampled_from(["offline", "poisson"])),
+        "rate": draw(st.sampled_from([5.0, 50.0, 500.0])),
+        "max_batch_tokens": max(batch, draw(st.sampled_from([16, 64, 512]))),
+        "chunked_prefill": True,
+        "kv_block_size": draw(st.sampled_from([4, 16])),
+        "seed": draw(st.integers(0, 1000)),
+        "ignore_eos": draw(st.booleans()),
+    }
+    if wl["gen_dist"] != "lognormal" and draw(st.booleans()):  # preemption by recompute
+        longest = 2 * (int(wl["prompt_len"] * 1.4) + int(wl["gen_len"] * 1.5)) + 8
+        wl["kv_num_blocks"] = -(-longest // wl["kv_block_size"]) + draw(st.integers(0, 6))
+    return wl

@@ -27,7 +27,15 @@ from cbsim.scheduler.batch import _EMPTY_I64, Batch
 from cbsim.scheduler.blocks import BlockTables
 from cbsim.scheduler.decode import SteadyDecode
 from cbsim.scheduler.inputs import build_inputs
-from cbsim.scheduler.table import DRAINING, FINISHED, RUNNING, WAITING, RequestState, RequestTable
+from cbsim.scheduler.table import (
+    DRAINING,
+    FINISHED,
+    REASONS,
+    RUNNING,
+    WAITING,
+    RequestState,
+    RequestTable,
+)
 from cbsim.scheduler.update import TokenUpdate
 from cbsim.workload import Request
 
@@ -173,6 +181,10 @@ class Scheduler:
     def num_outputs(self, rid: int) -> int:
         """Outputs filled in so far (cheap: no copy of the tokens)."""
         return int(self.table.nfilled[self.table.index[rid]])
+
+    def finish_reason(self, rid: int) -> str:
+        """ "length" | "eos" once retired, else "" (cheap: no snapshot)."""
+        return REASONS[self.table.reason[self.table.index[rid]]]
 
     def request(self, rid: int) -> RequestState:
         """A snapshot of one request (copies its outputs)."""

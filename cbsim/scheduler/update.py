@@ -96,4 +96,5 @@ class TokenUpdate:
             self.last_first_token_rids = []
         t.nfilled[rows] += k
         t.lasttok[rows] = token
-        t.log_tokens(np.tile(rows, k), np.full(rows.size * k, token, dtype=np.int64))
+        # one token value: each row's k outputs side by side is the order update would log
+        t.log_tokens(np.repeat(rows, k), np.full(rows.size * k, token, dtype=np.int64))

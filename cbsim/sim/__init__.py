@@ -3,6 +3,6 @@
 Entry point: ``run(config, engine) -> Trace`` with engine "sync" or "async". Never imports torch.
 """
 
-from cbsim.sim.engine import run
+from cbsim.sim.engine import SimResult, run, simulate
 
-__all__ = ["run"]
+__all__ = ["SimResult", "run", "simulate"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from cbsim.config.schema import CbsimConfig
@@ -24,20 +25,49 @@ def setup_sim(config: CbsimConfig, engine: str) -> RunSetup:
     )
 
 
+@dataclass
+class SimResult:
+    """One simulated engine: its trace (when asked for), the tables its metrics are computed
+    from (``cbsim.metrics.MetricInputs(**result.tables)``; without a trace only), its memory
+    estimate and the simulator's own counts."""
+
+    engine: str
+    trace: Trace | None
+    tables: dict[str, Any] | None
+    memory: dict[str, Any]
+    counters: dict[str, Any]
+
+
 def run(config: CbsimConfig, engine: str, *, fast_forward: bool = True) -> Trace:
     """Simulate ``engine`` ("sync" or "async") on ``config``; the trace is the whole result.
     ``fast_forward=False`` steps through steady stretches one step at a time (for checks)."""
+    return simulate(config, engine, want_trace=True, fast_forward=fast_forward).trace
+
+
+def simulate(
+    config: CbsimConfig,
+    engine: str,
+    want_trace: bool = False,
+    *,
+    fast_forward: bool = True,
+    config_dict: dict[str, Any] | None = None,
+) -> SimResult:
+    """Simulate ``engine``; with ``want_trace`` the trace, else the metric tables (the same
+    numbers, no events built). ``config_dict``: the resolved config the tables carry for the
+    metrics that read it (bandwidth, SLOs), as a trace's otherData.config does."""
     setup = setup_sim(config, engine)
     eng, hw = setup.engine, config.hardware
-    trace = TraceBuilder(
-        "sim", {"engine": engine, "hardware": {"name": hw.name, "source": hw.source}}
-    )
-    if eng.streams == "default":
-        trace.declare_lane(S.DEFAULT)
+    trace = None
+    if want_trace:
+        trace = TraceBuilder(
+            "sim", {"engine": engine, "hardware": {"name": hw.name, "source": hw.source}}
+        )
+        if eng.streams == "default":
+            trace.declare_lane(S.DEFAULT)
     sim = HostPhases(config, setup, trace)
     sim.fast_forward_on = fast_forward
     sim.env.process(LOOPS[engine](sim))
-    # A run builds ~10^5 long-lived trace dicts and frees nothing cyclic until it ends: the cyclic
+    # A run builds ~10^5 long-lived dicts and frees nothing cyclic until it ends: the cyclic
     # garbage collector would rescan them again and again (a third of the run time), so it is
     # paused for the run and its garbage collected afterwards.
     was_enabled = gc.isenabled()
@@ -47,7 +77,7 @@ def run(config: CbsimConfig, engine: str, *, fast_forward: bool = True) -> Trace
     finally:
         if was_enabled:
             gc.enable()
-    mem = trace.other_data["memory"] = memory(sim, setup)
+    mem = memory(sim, setup)
     if not mem["fits_device"]:
         # a what-if may exceed the device on purpose (llama3_70b on one H200): say so, run anyway
         log.warning(
@@ -58,8 +88,20 @@ def run(config: CbsimConfig, engine: str, *, fast_forward: bool = True) -> Trace
             hw.memory_bytes / 1e9,
             hw.name,
         )
-    trace.other_data["sim_counters"] = counters(sim)
-    return trace.build()
+    counts = counters(sim)
+    if trace is not None:
+        trace.other_data["memory"] = mem
+        trace.other_data["sim_counters"] = counts
+        return SimResult(engine, trace.build(), None, mem, counts)
+    tables = {
+        **sim.rec.tables(),
+        "source": "sim",
+        "engine": engine,
+        "memory": mem,
+        "config": config_dict,
+        "counters": None,
+    }
+    return SimResult(engine, None, tables, mem, counts)
 
 
 def memory(sim: HostPhases, setup: RunSetup) -> dict[str, Any]:

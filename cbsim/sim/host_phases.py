@@ -238,13 +238,12 @@ class HostPhases:
         for rid in self.sched.last_first_token_rids:
             self.rec.request_event(S.FIRST_TOKEN, now, rid, step=batch.step)
         for rid in finished:
-            state = self.sched.request(rid)
             self.rec.request_event(
                 S.FINISH,
                 now,
                 rid,
-                tokens=state.num_outputs,
-                reason=state.finish_reason,
+                tokens=self.sched.num_outputs(rid),
+                reason=self.sched.finish_reason(rid),
                 step=batch.step,
             )
             self.n["requests_finished"] += 1

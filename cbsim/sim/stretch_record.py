@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from cbsim.trace import schema as S
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ def record(
     in-flight batch's args (async; its wait and update open the stretch). Returns the last
     step's args and forward args (the in-flight batch's, for its Launched)."""
     rec, sched = host.rec, host.sched
+    if not rec.tracing:
+        return _columns(host, tl, c, step0, first_args)
     n = int(sched.run.size)
     carry = first_args is not None
     d2h_bytes = host.costs.d2h_bytes(n)
@@ -77,6 +81,52 @@ def record(
     return args, fwd_args
 
 
+def _columns(
+    host: HostPhases, tl: Timeline, c: StretchCosts, step0: int, first_args: dict | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``record`` without a trace: the spans' columns at once (metrics read no order), the
+    counter samples counted; the last step's args built as ``record`` builds them."""
+    rec, sched = host.rec, host.sched
+    n, k = int(sched.run.size), tl.steps
+    carry = first_args is not None
+    steps = list(range(step0, step0 + k))
+    kv = c.kv_tokens[:k]
+    batch = {"step": steps, "requests": n, "query_tokens": n, "kv_tokens": kv, "kind": "decode"}
+    # the batch each wait and update is of: the one before in the async loop
+    upd = {**batch, "step": [s - carry for s in steps], "kv_tokens": kv}
+    if carry:
+        upd["kv_tokens"] = [first_args["kv_tokens"], *kv[:-1]]
+    rec.extend(S.HOST, S.SCHEDULE, tl.sched, c.schedule[:k], **batch)
+    rec.extend(S.HOST, S.PREPARE, tl.prep, c.prepare[:k], **batch)
+    rec.extend(S.H2D, S.COPY_H2D, [s for s, _ in tl.h2d], [e - s for s, e in tl.h2d], **batch)
+    forwards = rec.extend(
+        S.COMPUTE,
+        S.GRAPH_REPLAY,
+        [e - f for (_, e), f in zip(tl.compute, tl.forward)],
+        tl.forward,
+        new_tokens=n,
+        **batch,
+    )
+    rec.extend(S.D2H, S.COPY_D2H, [s for s, _ in tl.d2h], [e - s for s, e in tl.d2h], **batch)
+    rec.extend(S.HOST, S.LAUNCH, tl.launch, tl.launch_dur, **batch)
+    rec.extend(S.HOST, S.WAIT, tl.wait, tl.wait_dur, **upd)
+    rec.extend(S.HOST, S.UPDATE, tl.update, tl.update_dur, **upd)
+    waiting, running, used = sched.num_waiting, sched.num_running, sched.kv.num_used
+    opened = c.opened[:k]
+    first = {"waiting": waiting, "running": running, "kv_blocks_used": used + int(opened[0])}
+    rec.samples += int(first != host._last_counters) + int(np.count_nonzero(opened[1:]))
+    host._last_counters = {**first, "kv_blocks_used": used + int(opened.sum())}
+    args = step_args(steps[-1], (host.launches + k - 1) % len(host.slots.slots), n, kv[-1])
+    fwd_args = {**args, "new_tokens": n}
+    c_start, c_end = tl.compute[-1]
+    if c_end - c_start - tl.forward[-1] > 0.5:
+        fwd_args["launch_bound_us"] = c_end - c_start - tl.forward[-1]
+    if carry:
+        fwd_args["carry_over_us"] = host.costs.gpu.carry_over_us
+        rec.settle(forwards, fwd_args)
+    return args, fwd_args
+
+
 def _launch_spans(
     host: HostPhases, tl: Timeline, j: int, args: dict, carry: bool, h2d_bytes: int, d2h_bytes: int
 ) -> dict[str, Any]:
@@ -103,31 +153,38 @@ def count(host: HostPhases, tl: Timeline, c: StretchCosts, carry: bool) -> None:
     """Add the stretch to the host's counters (each sum in step order, as stepping adds)."""
     n, hu, lb = host.n, host.host_us, host.lane_busy_us
     dev = host.device
-    req = int(host.sched.run.size)
-    for j in range(tl.steps):
-        hu[S.SCHEDULE] += c.schedule[j]
-        hu[S.PREPARE] += c.prepare[j]
-        (h_start, h_end), (c_start, c_end), (d_start, d_end) = tl.h2d[j], tl.compute[j], tl.d2h[j]
-        fwd = tl.forward[j]
-        dev.h2d.busy_us += h_end - h_start
-        dev.compute.busy_us += c_end - c_start
-        dev.d2h.busy_us += d_end - d_start
-        lb[S.H2D] += h_end - h_start
-        lb[S.COMPUTE] += fwd if carry else fwd - 0.0
-        lb[S.D2H] += d_end - d_start
-        n["launch_wait_us"] += c_end - c_start - fwd
-        hu[S.LAUNCH] += tl.launch_dur[j]
-        n["host_blocked_us"] += tl.wait_dur[j]
-        hu[S.WAIT] += tl.wait_dur[j]
-        if tl.stall[j]:
-            n["host_stalls"] += 1
-            n["host_stall_us"] += tl.stall[j]
-        hu[S.UPDATE] += tl.update_dur[j]
     k = tl.steps
+    hu[S.SCHEDULE] = _sum(hu[S.SCHEDULE], c.schedule[:k])
+    hu[S.PREPARE] = _sum(hu[S.PREPARE], c.prepare[:k])
+    hu[S.LAUNCH] = _sum(hu[S.LAUNCH], tl.launch_dur)
+    hu[S.WAIT] = _sum(hu[S.WAIT], tl.wait_dur)
+    hu[S.UPDATE] = _sum(hu[S.UPDATE], tl.update_dur)
+    n["host_blocked_us"] = _sum(n["host_blocked_us"], tl.wait_dur)
+    h2d = [e - s for s, e in tl.h2d]
+    comp = [e - s for s, e in tl.compute]
+    d2h = [e - s for s, e in tl.d2h]
+    dev.h2d.busy_us = _sum(dev.h2d.busy_us, h2d)
+    dev.compute.busy_us = _sum(dev.compute.busy_us, comp)
+    dev.d2h.busy_us = _sum(dev.d2h.busy_us, d2h)
+    lb[S.H2D] = _sum(lb[S.H2D], h2d)
+    lb[S.COMPUTE] = _sum(lb[S.COMPUTE], tl.forward if carry else [f - 0.0 for f in tl.forward])
+    lb[S.D2H] = _sum(lb[S.D2H], d2h)
+    n["launch_wait_us"] = _sum(n["launch_wait_us"], [w - f for w, f in zip(comp, tl.forward)])
+    stalls = [x for x in tl.stall if x]
+    if stalls:
+        n["host_stalls"] += len(stalls)
+        n["host_stall_us"] = _sum(n["host_stall_us"], stalls)
     n["steps"] += k
     n["graph_steps"] += k
     n["carry_over_steps"] += k if carry else 0
     n["host_blocks"] += k
-    n["generated_tokens"] += req * k
+    n["generated_tokens"] += int(host.sched.run.size) * k
     n["updates"] += k
     host.launches += k
+
+
+def _sum(total: float, values: list[float]) -> float:
+    """``total += v`` for each value in order (the step path's running sum, not a pairwise one)."""
+    for v in values:
+        total += v
+    return total
