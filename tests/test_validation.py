@@ -236,7 +236,7 @@ def test_validation_on_committed_recordings(tmp_path):
     """The H200 recordings of the current runtime (one session): fitted on the seed, long-prompt,
     batch-64 and continuous runs, the small-batch and batch-16 runs (other batch sizes and
     lengths, both engines) are predicted within the issue's targets: total time 3%, GPU idle
-    1 pp, step time p50 5%."""
+    1 pp, step time p50 5%, and each workload's async speedup within 1 point."""
     traces = sorted(SESSION.glob("*/trace_*.json.gz"))
     held = [p for p in traces if p.parent.name in HELD_WORKLOADS]
     fit_on = [p for p in traces if p not in held]
@@ -258,6 +258,10 @@ def test_validation_on_committed_recordings(tmp_path):
     for r in out["runs"]:
         assert r["held_out"] and r["real"]["steps"] == r["sim"]["steps"]
         assert all(r["within_target"].values()), (r["name"], r["errors"])
+    # the user's question, per held-out workload: the async speedup within 1 point
+    assert [p["workload"].split("/")[-1] for p in out["speedups"]] == list(HELD_WORKLOADS)[::-1]
+    for p in out["speedups"]:
+        assert p["held_out"] and abs(p["error_points"]) <= 1.0, p
 
 
 def test_fit_on_and_profile_holdouts(recordings, tmp_path):

@@ -13,7 +13,9 @@ own ``CostModel``, so plugging the profile back in reproduces what was fitted:
   schedule and prepare, sampled tokens for update, as the simulator charges them);
 - launch: one ``graph_launch_us`` (or ``kernel_launch_us`` per kernel) plus the copy and event
   enqueues; wait: ``sync_wake_us`` after the awaited D2H ends, ``event_us`` when nothing is
-  pending; carry-over: its span.
+  pending; carry-over: its span;
+- host spread (spread.py): the step-to-step spread of the host's time per decode step within a
+  run, and between device calls of the same workload (kept when no workload has two calls).
 
 A term the traces cannot tell apart from others (collinear, or too small to see) keeps the base
 profile's value and the table says "kept".
@@ -28,6 +30,7 @@ from cbsim.calibration.host import fit_copies, fit_host_phases, fit_wait_launch
 from cbsim.calibration.options import FitOptions
 from cbsim.calibration.recordings import Recorded, label
 from cbsim.calibration.result import Calibration, Row
+from cbsim.calibration.spread import fit_spread
 from cbsim.config.schema import HardwareConfig
 
 __all__ = ["Calibration", "FitOptions", "Row", "calibrate"]
@@ -50,4 +53,5 @@ def calibrate(
     fit_copies(recs, cal)
     fit_host_phases(recs, cal)
     fit_wait_launch(recs, cal)
+    fit_spread(recs, cal)
     return cal

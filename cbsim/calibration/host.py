@@ -53,6 +53,26 @@ def fit_copies(recs: list[Recorded], cal: Calibration) -> None:
 
 
 # ---- host ------------------------------------------------------------------------------------
+def phase_table(recs: list[Recorded], phase: str) -> np.ndarray:
+    """One row per host span of ``phase`` with a duration: requests, tokens (query tokens; for
+    update the sampled ones, as the simulator charges), duration, trace index, the update
+    index it falls at (the stall period is counted in updates), KV blocks."""
+    parts = []
+    for i, rec in enumerate(recs):
+        sp = rec.spans
+        p = sp[(sp.lane == S.HOST) & (sp.name == phase)]
+        if phase == S.UPDATE:
+            tokens = p.step.map(samples_by_step(rec.forward)).fillna(0).to_numpy()
+        else:
+            tokens = p.query_tokens.to_numpy()
+        updates = np.sort(sp[(sp.lane == S.HOST) & (sp.name == S.UPDATE)].ts)
+        at = np.searchsorted(updates, p.ts.to_numpy())
+        cols = [p.requests.to_numpy(), tokens, p.dur.to_numpy(), np.full(len(p), i), at]
+        parts.append(np.column_stack([*cols, span_blocks(rec, p)]))
+    data = np.concatenate(parts) if parts else np.empty((0, 6))
+    return data[data[:, 2] > 0]
+
+
 def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
     """Each phase by least squares on its spans, robustly: spans far above the fit (a garbage
     collection, an allocator trim) are left out and become the periodic host stall, which the
@@ -61,39 +81,13 @@ def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
     excess: list[float] = []
     where: list[tuple[float, float]] = []  # (trace index, update index) of each stall
     updates = 0
+    names = ["fixed_us", "per_request_us", "per_token_us", "per_block_us"]
     for phase in (S.SCHEDULE, S.PREPARE, S.UPDATE):
-        parts = []
-        for i, rec in enumerate(recs):
-            sp = rec.spans
-            p = sp[(sp.lane == S.HOST) & (sp.name == phase)]
-            if phase == S.UPDATE:
-                tokens = p.step.map(samples_by_step(rec.forward)).fillna(0).to_numpy()
-            else:
-                tokens = p.query_tokens.to_numpy()
-            # the update index each span falls at (the stall period is counted in updates)
-            at = np.searchsorted(
-                np.sort(sp[(sp.lane == S.HOST) & (sp.name == S.UPDATE)].ts), p.ts.to_numpy()
-            )
-            blocks = span_blocks(rec, p)
-            parts.append(
-                np.column_stack(
-                    [
-                        p.requests.to_numpy(),
-                        tokens,
-                        p.dur.to_numpy(),
-                        np.full(len(p), i),
-                        at,
-                        blocks,
-                    ]
-                )
-            )
-        data = np.concatenate(parts) if parts else np.empty((0, 6))
-        data = data[data[:, 2] > 0]
+        data = phase_table(recs, phase)
         if not len(data):
             continue
         updates += len(data) if phase == S.UPDATE else 0
         cost = getattr(host, phase)
-        names = ["fixed_us", "per_request_us", "per_token_us", "per_block_us"]
         prior = [getattr(cost, k) for k in names]
         X = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1], data[:, 5]])
         y = data[:, 2]
@@ -104,23 +98,24 @@ def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
             excess += list((y - X @ np.array([fit.values[k] for k in names]))[over])
             where += [tuple(r) for r in data[over][:, 3:5]]
         setattr(host, phase, dataclasses.replace(cost, **fit.values))
-        cal.rows.append(
-            Row(
-                phase + (f" ({over.sum()} stalls out)" if over.any() else ""),
-                int((~over).sum()),
-                fit,
-                dict(zip(names, prior)),
-            )
-        )
+        what = phase + (f" ({over.sum()} stalls out)" if over.any() else "")
+        cal.rows.append(Row(what, int((~over).sum()), fit, dict(zip(names, prior))))
     if len(excess) >= 2 and updates:
-        prior = {"stall_us": host.stall_us, "stall_every_steps": host.stall_every_steps}
-        host.stall_us = float(np.median(excess))
-        host.stall_every_steps = _stall_period(where, updates)
-        res = np.asarray(excess) / host.stall_us - 1.0
-        values = {"stall_us": host.stall_us, "stall_every_steps": float(host.stall_every_steps)}
-        cal.rows.append(
-            Row("host stalls", len(excess), Fit(values, dict.fromkeys(values, True), res), prior)
-        )
+        fit_stalls(cal, excess, where, updates)
+
+
+def fit_stalls(
+    cal: Calibration, excess: list[float], where: list[tuple[float, float]], updates: int
+) -> None:
+    """The periodic stall from the host spans left out of the phase fits."""
+    host = cal.hardware.host
+    prior = {"stall_us": host.stall_us, "stall_every_steps": host.stall_every_steps}
+    host.stall_us = float(np.median(excess))
+    host.stall_every_steps = _stall_period(where, updates)
+    res = np.asarray(excess) / host.stall_us - 1.0
+    values = {"stall_us": host.stall_us, "stall_every_steps": float(host.stall_every_steps)}
+    fit = Fit(values, dict.fromkeys(values, True), res)
+    cal.rows.append(Row("host stalls", len(excess), fit, prior))
 
 
 def span_blocks(rec: Recorded, spans) -> np.ndarray:

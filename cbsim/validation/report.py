@@ -217,6 +217,12 @@ def build_page(results: list[RunResult], pairs: list[Speedup], out: dict[str, An
     page.para(note, "note")
     page.heading("Step-time distributions", anchor="steps")
     page.figure(distribution_figure(results), "steps")
+    add_timelines(page, results)
+    return page
+
+
+def add_timelines(page: Page, results: list[RunResult]) -> None:
+    """Per run, the recorded and the simulated timelines of steady-state steps on one axis."""
     page.heading("Timelines, recorded above simulated", anchor="timelines")
     page.para(
         f"{WINDOW_STEPS} steady-state steps from the middle of each run: what ran from the "
@@ -241,7 +247,6 @@ def build_page(results: list[RunResult], pairs: list[Speedup], out: dict[str, An
                 f"on {esc(fitted_on)}</summary><pre>{esc(r.fit_table)}</pre></details>"
             )
         page.figure(overview_figure(frames), f"timeline{i}")
-    return page
 
 
 def write_validation_report(

@@ -1,0 +1,83 @@
+"""The measured spread of host speed (hardware.host.spread), which the bands draw from: within a
+run, step to step; between device calls, the same run recorded in separate calls."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+import numpy as np
+
+from cbsim.calibration.fit import Fit
+from cbsim.calibration.recordings import Recorded
+from cbsim.calibration.result import Calibration, Row
+from cbsim.trace import schema as S
+
+HOST_WORK = (S.SCHEDULE, S.PREPARE, S.LAUNCH, S.UPDATE)
+# P5-P95 of a normal spans 2 x 1.645 standard deviations
+P5_P95_SIGMAS = 3.29
+# decode steps a run needs before its spread is counted
+MIN_STEPS = 20
+
+
+def host_per_decode_step(rec: Recorded) -> np.ndarray:
+    """The host's work (schedule + prepare + launch + update) of each decode step, us."""
+    sp = rec.spans
+    host = sp[(sp.lane == S.HOST) & sp.name.isin(HOST_WORK) & (sp.step >= 0)]
+    per_step = host.groupby("step")["dur"].sum()
+    fwd = rec.forward
+    decode = set(fwd[fwd.kind == "decode"].step)
+    values = per_step[per_step.index.isin(decode)].to_numpy(float)
+    return values[values > 0]
+
+
+def within_run(recs: list[Recorded]) -> list[float]:
+    """Per run, (log P95 - log P5) / 3.29 of the host time per decode step."""
+    sigmas = []
+    for rec in recs:
+        v = host_per_decode_step(rec)
+        if len(v) >= MIN_STEPS:
+            lo, hi = np.percentile(np.log(v), [5, 95])
+            sigmas.append((hi - lo) / P5_P95_SIGMAS)
+    return sigmas
+
+
+def between_calls(recs: list[Recorded]) -> tuple[float | None, int]:
+    """The pooled standard deviation of log(median host time per decode step) between calls,
+    over every workload (model and engine) recorded in two or more calls; None without one."""
+    groups: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(dict)
+    for rec in recs:
+        v = host_per_decode_step(rec)
+        if len(v) >= MIN_STEPS:
+            key = (rec.model_key, rec.workload_key, rec.engine)
+            groups[key].setdefault(rec.call, []).append(float(np.log(np.median(v))))
+    squares, dof = 0.0, 0
+    for calls in groups.values():
+        if len(calls) < 2:
+            continue
+        logs = np.array([np.mean(v) for v in calls.values()])
+        squares += float(np.sum((logs - logs.mean()) ** 2))
+        dof += len(logs) - 1
+    return (float(np.sqrt(squares / dof)) if dof else None), dof
+
+
+def fit_spread(recs: list[Recorded], cal: Calibration) -> None:
+    """Both spreads into the profile; one not measurable here keeps the base profile's value."""
+    host = cal.hardware.host
+    spread = host.spread
+    prior = {"within_run": spread.within_run, "between_calls": spread.between_calls}
+    sigmas = within_run(recs)
+    within = float(np.median(sigmas)) if sigmas else None
+    between, dof = between_calls(recs)
+    values = {
+        "within_run": within if within is not None else spread.within_run,
+        "between_calls": between if between is not None else spread.between_calls,
+    }
+    fitted = {"within_run": within is not None, "between_calls": between is not None}
+    if not any(fitted.values()):
+        return
+    cal.hardware.host = dataclasses.replace(host, spread=dataclasses.replace(spread, **values))
+    # residuals: each run's own spread against the median (how much runs differ in it)
+    res = np.asarray(sigmas) / within - 1.0 if within else np.zeros(0)
+    what = f"host spread ({dof} between-call dof)"
+    cal.rows.append(Row(what, len(sigmas), Fit(values, fitted, res), prior))
