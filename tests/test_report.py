@@ -190,7 +190,7 @@ def test_step_time_axis_is_clipped_to_the_steady_state_and_marks_the_rest():
     assert top < 50
     marks = [t for t in fig.data if "above the axis" in (t.name or "")]
     assert len(marks) == 1 and marks[0].x.tolist() == [0, 200]
-    assert list(marks[0].customdata) == [500.0, 500.0]
+    assert [float(row[0]) for row in marks[0].customdata] == [500.0, 500.0]
 
 
 def test_stalls_and_prefill_steps_are_marked_on_the_timeline():
@@ -205,6 +205,11 @@ def test_stalls_and_prefill_steps_are_marked_on_the_timeline():
     assert f.stalls["step"].tolist() == [30] and f.stalls["name"].tolist() == [S.UPDATE]
     names = {t.name for t in overview_figure([f]).data}
     assert {"host stall", "prefill / mixed step"} <= names
+    from cbsim.report.charts import step_causes
+
+    causes = step_causes(f)  # what the step-time chart's hover says of a step above its axis
+    assert causes[0] == "prefill step"
+    assert causes[35] == "host stall: update 50.0 ms"  # the first step ending after the stall
 
 
 def test_a_run_that_does_not_fit_the_device_says_so_first(tmp_path):

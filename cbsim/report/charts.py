@@ -80,12 +80,35 @@ def steady_top(values: list[np.ndarray]) -> float | None:
     return top if top > 0 and v.max() > top else None
 
 
-def _outliers(fig: go.Figure, x, y, top: float, color: str, engine: str, **where) -> None:
-    """Values above the clipped axis as triangles on its top edge, real values in the hover."""
+def step_causes(run: RunFrames) -> dict[int, str]:
+    """Why a step may stand out: its batch kind when it prefills, and the host stalls that fall
+    inside its interval (between the previous forward's end and its own)."""
+    st = run.steps
+    out: dict[int, list[str]] = {}
+    for step, kind in zip(st["step"], st["kind"]):
+        if kind in ("prefill", "mixed"):
+            out.setdefault(int(step), []).append(f"{kind} step")
+    if len(st) and len(run.stalls):
+        ends = st["end_ms"].to_numpy(float)
+        at = np.searchsorted(ends, run.stalls["end_ms"].to_numpy(float), side="left")
+        for i, name, dur in zip(at, run.stalls["name"], run.stalls["dur_ms"]):
+            if i < len(ends):
+                out.setdefault(int(st["step"].iloc[i]), []).append(
+                    f"host stall: {name} {dur:.1f} ms"
+                )
+    return {k: "; ".join(v) for k, v in out.items()}
+
+
+def _outliers(
+    fig: go.Figure, x, y, top: float, color: str, engine: str, causes: dict[int, str], **where
+) -> None:
+    """Values above the clipped axis as triangles on its top edge, real values and what is in
+    the step (prefill, a host stall) in the hover."""
     x, y = np.asarray(x), np.asarray(y, float)
     over = y > top
     if not over.any():
         return
+    why = [causes.get(int(s), "") for s in x[over]]
     fig.add_trace(
         go.Scatter(
             x=x[over],
@@ -95,10 +118,9 @@ def _outliers(fig: go.Figure, x, y, top: float, color: str, engine: str, **where
             marker=dict(
                 symbol="triangle-up", size=9, color=color, line=dict(width=1, color="#000")
             ),
-            customdata=y[over],
-            hovertemplate="step %{x}: %{customdata:.3f} ms (above the axis)<extra>"
-            + engine
-            + "</extra>",
+            customdata=np.stack([y[over], np.array(why, dtype=object)], axis=1),
+            hovertemplate="step %{x}: %{customdata[0]:.3f} ms (above the axis)<br>"
+            "%{customdata[1]}<extra>" + engine + "</extra>",
         ),
         **where,
     )
@@ -133,7 +155,7 @@ def step_time_figure(runs: list[RunFrames]) -> go.Figure:
             )
         )
         if top is not None:
-            _outliers(fig, s["step"], s["step_ms"], top, color, r.engine)
+            _outliers(fig, s["step"], s["step_ms"], top, color, r.engine, step_causes(r))
     if top is not None:
         fig.update_yaxes(range=[0, top])
     fig.update_layout(
@@ -210,7 +232,7 @@ def stacked_steps_figure(runs: list[RunFrames]) -> go.Figure:
         if top is not None:
             total = (b["gpu_ms"] + b["exposed_ms"]).to_numpy(float)
             color = ENGINE_COLORS.get(r.engine, "#2ca02c")
-            _outliers(fig, x, total, top, color, r.engine, row=i, col=1)
+            _outliers(fig, x, total, top, color, r.engine, step_causes(r), row=i, col=1)
     if top is not None:
         fig.update_yaxes(range=[0, top])
     fig.update_xaxes(title_text="step", row=len(runs), col=1)

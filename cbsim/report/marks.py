@@ -14,7 +14,7 @@ from cbsim.report.style import row_y
 from cbsim.trace import schema as S
 
 STALL_COLOR = "#000000"
-PREFILL_COLOR = "#ff7f0e"
+PREFILL_COLOR = "#000000"  # black like the stalls, open: orange is the H2D copy
 
 
 def add_hazards(
@@ -87,7 +87,7 @@ def add_marks(fig, run: RunFrames, row: int, shown: set[str], unit: float) -> No
                 for k, s in zip(fill.set_index("step").loc[fwd.index, "kind"], fwd.index)
             ],
             "prefill / mixed step",
-            "triangle-down",
+            "triangle-down-open",
             PREFILL_COLOR,
             shown,
         )

@@ -55,7 +55,7 @@ OVERVIEW_NOTES = {
         "as deep as the lane was busy in it (the colourbar: white is idle, full colour busy "
         "throughout; hover for the shares); the red row is the GPU idle share of the bin. "
         "Zoom in (drag) and, once the window holds at most {budget} spans, the bins give way "
-        "to the real spans. Black triangles: host stalls (a phase 10x its median); orange: "
+        "to the real spans. Black triangles: host stalls (a phase 10x its median); open ones: "
         "prefill or mixed steps."
     ),
 }
