@@ -53,7 +53,6 @@ def main(argv=None):
         "--reserve-s", type=float, default=10.0, help="stop a section when less than this is left"
     )
     p.add_argument("--skip-hf", action="store_true", help="skip transformers' sdpa + StaticCache")
-    p.add_argument("--e2e", default="1024:async,8192:async", help="section e2e: GEN_LEN:ENGINE,...")
     p.add_argument(
         "--small", action="store_true", help="tiny model on the CPU: a smoke test of the plumbing"
     )
@@ -64,9 +63,7 @@ def main(argv=None):
         args.batch = 4
     else:
         bench.contexts = [int(c) for c in args.contexts.split(",")]
-    budgets = dict(
-        check=30.0, kernel=60.0, gemm=20.0, e2e=200.0
-    )  # seconds; the model section gets the rest
+    budgets = dict(check=30.0, kernel=60.0, gemm=20.0)  # seconds; the model section gets the rest
     for name in args.sections.split(","):
         bench.section_end = bench.elapsed() + budgets.get(name, math.inf)
         try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from benchmarks.decode.check import CheckSection
 from benchmarks.decode.common import BenchBase
-from benchmarks.decode.e2e import E2ESection
 from benchmarks.decode.env import EnvSection
 from benchmarks.decode.gemm import GemmSection
 from benchmarks.decode.hf_static import HFStatic
@@ -22,7 +21,6 @@ class Bench(
     ModelSection,
     ModelChecks,
     HFStatic,
-    E2ESection,
     BenchBase,
 ):
-    """One benchmark run: sections env, check, kernel, gemm, model, e2e (and table)."""
+    """One benchmark run: sections env, check, kernel, gemm, model (and table)."""
