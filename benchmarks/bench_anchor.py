@@ -150,6 +150,36 @@ def agreement(a: dict, b: dict, n: int) -> float | None:
     return float(np.mean([a["outputs"][k][:n] == list(b["outputs"][k][:n]) for k in keys]))
 
 
+def print_table(rows: list[dict], ref: dict | None, a: argparse.Namespace) -> None:
+    """The one table: ms/step, tok/s, GPU idle and busy per engine, and the token agreement."""
+    print(
+        f"\nanchor: {a.model}, {a.batch} x ({a.prompt} + {a.gen}) [transformers: "
+        f"{a.hf_gen} / {a.hf_async_gen} new tokens], {torch.cuda.get_device_name()}"
+    )
+    print(
+        f"{'engine':<20}{'ms/step':>10}{'tok/s':>10}{'GPU idle':>10}{'NVML busy':>11}"
+        f"{'x vs hf sync':>14}"
+    )
+    for r in rows:
+        if "error" in r:
+            print(f"{r['engine']:<20} failed: {r['error']}")
+            continue
+        ratio = ref["ms_per_step"] / r["ms_per_step"] if ref else float("nan")
+        idle = f"{r['gpu_idle']:.2%}" if r["gpu_idle"] is not None else "-"
+        busy = f"{r['nvml_busy']:.1%}" if r["nvml_busy"] is not None else "-"
+        print(
+            f"{r['engine']:<20}{r['ms_per_step']:>10.2f}{r['tok_s']:>10.0f}{idle:>10}"
+            f"{busy:>11}{ratio:>14.2f}"
+        )
+    n = min(a.hf_gen, 16)
+    if ref:
+        print(
+            f"first {n} tokens agree (cbsim sync vs transformers sync): "
+            f"{agreement(rows[0], ref, n)} of requests; cbsim sync vs async: "
+            f"{agreement(rows[0], rows[1], a.gen)}"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama3_8b")
@@ -190,32 +220,7 @@ def main() -> None:
     if not a.skip_async_hf:
         rows.append(run_transformers(model, prompts, a.hf_async_gen, use_async=True))
     ref = next((r for r in rows if r["engine"] == "transformers sync" and "ms_per_step" in r), None)
-    print(
-        f"\nanchor: {a.model}, {a.batch} x ({a.prompt} + {a.gen}) [transformers: "
-        f"{a.hf_gen} / {a.hf_async_gen} new tokens], {torch.cuda.get_device_name()}"
-    )
-    print(
-        f"{'engine':<20}{'ms/step':>10}{'tok/s':>10}{'GPU idle':>10}{'NVML busy':>11}"
-        f"{'x vs hf sync':>14}"
-    )
-    for r in rows:
-        if "error" in r:
-            print(f"{r['engine']:<20} failed: {r['error']}")
-            continue
-        ratio = ref["ms_per_step"] / r["ms_per_step"] if ref else float("nan")
-        idle = f"{r['gpu_idle']:.2%}" if r["gpu_idle"] is not None else "-"
-        busy = f"{r['nvml_busy']:.1%}" if r["nvml_busy"] is not None else "-"
-        print(
-            f"{r['engine']:<20}{r['ms_per_step']:>10.2f}{r['tok_s']:>10.0f}{idle:>10}"
-            f"{busy:>11}{ratio:>14.2f}"
-        )
-    n = min(a.hf_gen, 16)
-    if ref:
-        print(
-            f"first {n} tokens agree (cbsim sync vs transformers sync): "
-            f"{agreement(rows[0], ref, n)} of requests; cbsim sync vs async: "
-            f"{agreement(rows[0], rows[1], a.gen)}"
-        )
+    print_table(rows, ref, a)
     if a.out:
         for r in rows:
             r.pop("outputs", None)
