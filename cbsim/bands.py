@@ -31,8 +31,7 @@ import numpy as np
 import cbsim.sim as sim
 from cbsim.config.hardware import HostCosts, PhaseCost
 from cbsim.config.schema import CbsimConfig
-from cbsim.metrics import compute_metrics
-from cbsim.trace import Trace
+from cbsim.metrics import MetricInputs, metrics_from
 
 QUANTILES = {"p5": 5.0, "median": 50.0, "p95": 95.0}
 METRICS = ("total_time_s", "gpu_idle_fraction")
@@ -80,12 +79,10 @@ def as_engine(cfg: CbsimConfig, engine: str) -> CbsimConfig:
 
 
 def _simulate(cfg: CbsimConfig, engine: str) -> dict[str, Any]:
-    """The metrics of one simulation: the simulator's fast path when it has one."""
-    fast = getattr(sim, "simulate", None)
-    got = fast(cfg, engine) if fast is not None else sim.run(cfg, engine)
-    if isinstance(got, Trace):
-        return compute_metrics(got)
-    return dict(getattr(got, "metrics", got))  # a metrics dict, or a result holding one
+    """The metrics of one simulation, through the simulator's trace-less path (its metric tables:
+    the same numbers as the trace's, no events built)."""
+    result = sim.simulate(cfg, engine)
+    return metrics_from(MetricInputs(**result.tables))
 
 
 def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:
