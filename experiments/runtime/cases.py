@@ -3,9 +3,10 @@
 A case is a list of Hydra overrides on top of `mode=runtime`; record.py runs each with both
 engines. The matrix covers three model shapes (llama3_1b, llama3_3b, llama3_8b; random
 weights), batch 1 to 256, prompts 128 to 8192, 256 to 4096 new tokens, offline and Poisson
-arrivals; each part fits one device call of about four minutes (the estimate beside each case is
-the pair of runs, sync + async, set-up included, on the H200), and every part also records
-REFERENCE, the same workload in every call, for the spread between calls.
+arrivals; each part fits one device call (the estimate beside each case is the pair of runs, sync +
+async, set-up included, on the H200; part 3b, estimated at 110 s with the reference, took 91 s),
+and every part also records REFERENCE, the same workload in every call, for the spread between
+calls.
 """
 
 from __future__ import annotations

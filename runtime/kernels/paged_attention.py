@@ -215,8 +215,8 @@ def compiled_variants(
     ``max_rows`` requests and tables up to ``max_width`` blocks: the constexprs (tile, partition,
     one partition or several, the reduce's padded split count) and the integer arguments
     Triton specialises (equal to 1, divisible by 16: the table stride and the split count).
-    Eager mixed steps reach many of them; compiling one mid-run costs 0.1-1 s (h200_run6),
-    so the runtime's warm-up runs each once."""
+    Eager mixed steps reach many of them; compiling one mid-run costs 0.1-1 s (measured on
+    the H200, experiments/runtime/README.md), so the runtime's warm-up runs each once."""
     seen: dict[tuple, tuple[int, int]] = {}
     for rows in range(1, max_rows + 1):
         for width in range(1, max_width + 1):
