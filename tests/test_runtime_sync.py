@@ -271,8 +271,8 @@ def test_model_loaded_offline_from_a_checkpoint(config_factory, tmp_path):
 @pytest.mark.parametrize("engine", ["sync", "async"])
 def test_eos_counts_only_the_tokens_kept(config_factory, engine):
     """With EOS on, the async loop has already launched the step after a request's EOS when it
-    sees it; that output is computed and dropped. It used to count as generated (summary and the
-    forward span's new_tokens), unlike the simulator's and the docs' "sampled and kept"."""
+    sees it; that output is computed and dropped, and not counted as generated (summary and the
+    forward span's new_tokens), as in the simulator and the docs: "sampled and kept"."""
     from cbsim.metrics import compute_metrics
 
     config = config_factory(
