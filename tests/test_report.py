@@ -153,7 +153,7 @@ def test_binned_lanes_are_as_deep_as_they_are_busy():
     assert min(int(c) for c in re.findall(r"\d+", palest)) > 235
     fig = overview_figure([run_frames(e, loop_trace(e, 1200)) for e in ("sync", "async")])
     bars = [t for t in fig.data if t.meta == "share-legend"]
-    assert len(bars) == 1 and "busy share" in bars[0].colorbar.title.text
+    assert len(bars) == 1 and "busy in the bin (%)" in bars[0].colorbar.title.text
     assert bars[0].colorbar.ticksuffix == "%"
 
 

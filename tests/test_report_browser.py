@@ -92,7 +92,7 @@ def test_binned_timeline_has_a_legend_and_zooms_to_real_spans(chromium, tmp_path
     )
     r = chromium.open(path, expression=ZOOM_JS)
     assert not r.problems, r.problems
-    assert any("busy share" in t and "(%)" in t for t in r.probe["legend"]), r.probe
+    assert any("busy" in t and "in the bin (%)" in t for t in r.probe["legend"]), r.probe
     zoomed = r.probe["zoomed"]
     assert 0 < zoomed["spans"] <= 3000 and zoomed["bars"] == zoomed["spans"], r.probe
     assert zoomed["bins"] and not any(zoomed["bins"]), r.probe  # bins give way to the spans

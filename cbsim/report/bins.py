@@ -132,7 +132,7 @@ def share_colorbar(fig: go.Figure, row: int, rows: int) -> None:
             hoverinfo="skip",
             meta="share-legend",
             colorbar=dict(
-                title=dict(text="busy share<br>of the bin (%)", side="top"),
+                title=dict(text="lane busy in the bin (%)", side="right"),
                 ticksuffix="%",
                 len=min(1.0, 1.6 / rows),
                 y=1.0,
