@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from bench_anchor import make_config, run_transformers  # beside this script (sys.path[0])
 
 # the H200's measured device-to-device copy bandwidth (BRIEF; perf-notes: 4.258 on this card)
 COPY_TBPS = 4.27
@@ -35,16 +36,6 @@ DEFAULT_CASES = (
     "llama3_1b:128:256:512,llama3_3b:64:512:256"
 )
 PHASES = ("schedule", "prepare", "launch", "update")
-
-
-def make_config(overrides: list[str]):
-    from hydra import compose, initialize_config_module
-
-    from cbsim.config.store import load_config, register_configs
-
-    register_configs()
-    with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
-        return load_config(compose(config_name="config", overrides=overrides))
 
 
 def case_overrides(spec: str, engine: str) -> list[str]:
@@ -103,7 +94,6 @@ def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
 def anchor(spec: str) -> dict:
     """transformers' own continuous batching, sync, on the spec's shape and prompts."""
     import torch
-    from bench_anchor import run_transformers  # beside this script (sys.path[0])
     from cbsim.runtime.model import build_model
 
     from cbsim.workload import make_requests
