@@ -158,7 +158,12 @@ def _outputs(run_dir: Path) -> set[str]:
     }
 
 
-def run_in(run_dir: Path, config: CbsimConfig, resolved: dict[str, Any]) -> dict[str, Any]:
+def run_in(
+    run_dir: Path,
+    config: CbsimConfig,
+    resolved: dict[str, Any],
+    job: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run the task in ``run_dir`` under its lock: skip it when a verified run of this very
     config is there, else clear an earlier run's files, run, and write the marker last."""
     with RunLock(run_dir):
@@ -172,7 +177,7 @@ def run_in(run_dir: Path, config: CbsimConfig, resolved: dict[str, Any]) -> dict
             metrics = run_task(config, resolved, run_dir)
         atomic_write_json(run_dir / METRICS_FILE, metrics)
         atomic_write_json(run_dir / JOB_CONFIG_FILE, resolved)
-        write_finished(run_dir, resolved, _outputs(run_dir) - before | {METRICS_FILE})
+        write_finished(run_dir, resolved, _outputs(run_dir) - before | {METRICS_FILE}, job)
     return metrics
 
 
@@ -185,7 +190,12 @@ def hydra_job(cfg: DictConfig) -> dict[str, Any] | None:
     try:
         config = load_config(cfg)
         config.output = config.output.decided(in_sweep)
-        metrics = run_in(run_dir, config, OmegaConf.to_container(cfg, resolve=True))
+        job = (
+            {"num": hydra_cfg.job.num, "overrides": list(hydra_cfg.overrides.task)}
+            if in_sweep
+            else None
+        )
+        metrics = run_in(run_dir, config, OmegaConf.to_container(cfg, resolve=True), job)
     except (ConfigError, RunDirError) as exc:
         if in_sweep:
             raise  # the job failed; the sweep reports it

@@ -128,15 +128,20 @@ def config_digest(config: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def write_finished(run_dir: Path, config: Any, files: Iterable[str]) -> Path:
+def write_finished(
+    run_dir: Path, config: Any, files: Iterable[str], job: dict[str, Any] | None = None
+) -> Path:
     """The marker, written last: the digest of the run's resolved config and every file the
-    run wrote with its size and sha256."""
+    run wrote with its size and sha256; ``job``: a sweep job's number and overrides (what the
+    sweep's summary reads, without parsing Hydra's YAML)."""
     run_dir = Path(run_dir)
     listed = {
         name: {"bytes": (run_dir / name).stat().st_size, "sha256": file_digest(run_dir / name)}
         for name in sorted(set(files))
     }
-    marker = {"config_sha256": config_digest(config), "files": listed}
+    marker: dict[str, Any] = {"config_sha256": config_digest(config), "files": listed}
+    if job is not None:
+        marker["job"] = job
     return atomic_write_json(run_dir / FINISHED_FILE, marker)
 
 

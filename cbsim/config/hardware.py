@@ -142,7 +142,7 @@ class HostCosts:
                 value = getattr(getattr(self, phase), f.name)
                 if not (math.isfinite(value) and value >= 0):
                     raise ConfigError(
-                        f"hardware.host.{phase}.{f.name}={value} must be finite and >= 0"
+                        f"hardware.host.{phase}.{f.name}={value} is out of range; allowed: >= 0 and finite"
                     )
         for key in (
             "kernel_launch_us",
@@ -155,7 +155,9 @@ class HostCosts:
             "stall_every_steps",
         ):
             if getattr(self, key) < 0:
-                raise ConfigError(f"hardware.host.{key}={getattr(self, key)} must be >= 0")
+                raise ConfigError(
+                    f"hardware.host.{key}={getattr(self, key)} is out of range; allowed: >= 0"
+                )
 
 
 @dataclass
@@ -245,7 +247,9 @@ class GpuCosts:
         ):
             value = getattr(self, key)
             if not 0.0 < value <= 1.0:
-                raise ConfigError(f"hardware.gpu.{key}={value} must be in (0, 1]")
+                raise ConfigError(
+                    f"hardware.gpu.{key}={value} is out of range; allowed: > 0 and <= 1"
+                )
         check_positive("hardware.gpu.attention_kv_pad", self.attention_kv_pad)
         check_positive("hardware.gpu.kernels_per_layer", self.kernels_per_layer)
         for key in (
@@ -267,7 +271,9 @@ class GpuCosts:
             "prefix_walk_us_per_token",
         ):
             if getattr(self, key) < 0:
-                raise ConfigError(f"hardware.gpu.{key}={getattr(self, key)} must be >= 0")
+                raise ConfigError(
+                    f"hardware.gpu.{key}={getattr(self, key)} is out of range; allowed: >= 0"
+                )
 
 
 @dataclass
@@ -308,6 +314,8 @@ class HardwareConfig:
         ):
             check_positive(f"hardware.{key}", getattr(self, key))
         if self.copy_latency_us < 0:
-            raise ConfigError(f"hardware.copy_latency_us={self.copy_latency_us} must be >= 0")
+            raise ConfigError(
+                f"hardware.copy_latency_us={self.copy_latency_us} is out of range; allowed: >= 0"
+            )
         if self.kernel_table is not None:
             kernel_table_files(self.kernel_table)

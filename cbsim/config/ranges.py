@@ -8,19 +8,16 @@ and otherwise from the unit in its name, so a new field gets the check by being 
 it is: ``*_us``, ``*_us_per_*``, ``*_s``, ``*_bytes`` and ``*_spread`` are costs or sizes (>= 0);
 ``*_eff`` is an achieved fraction of a peak (0 < x <= 1); ``*_fraction`` is in [0, 1]; a
 ``*bandwidth`` or ``*flops`` rate is > 0. Every int and float field, with or without a range,
-must be finite (NaN and inf are never a setting). The check walks the composed config before
-the dataclasses are built, so their ``__post_init__`` checks see finite numbers only.
+must be finite (NaN and inf are never a setting). The check walks the config objects once they
+are built (a ``__post_init__`` check that meets a NaN first refuses it in the same form).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from dataclasses import dataclass
 from typing import Any
-
-from omegaconf import DictConfig
 
 from cbsim.config.errors import ConfigError
 
@@ -86,18 +83,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_numbers(node: DictConfig, schema: type, prefix: str = "") -> None:
-    """Walk ``node`` (a composed config of dataclass ``schema``) and refuse the first number
-    that is not finite or not in its field's range, naming the key and what is allowed."""
-    hints = typing.get_type_hints(schema)
-    for f in dataclasses.fields(schema):
-        if f.name not in node:
-            continue
-        value = node[f.name]
+def check_numbers(node: Any, prefix: str = "") -> None:
+    """Walk the config objects (dataclass instances) and refuse the first number that is not
+    finite or not in its field's range, naming the key and what is allowed."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
         key = f"{prefix}{f.name}"
-        sub = hints.get(f.name)
-        if dataclasses.is_dataclass(sub) and isinstance(value, DictConfig):
-            check_numbers(value, sub, f"{key}.")
+        if dataclasses.is_dataclass(value):
+            check_numbers(value, f"{key}.")
         elif _is_number(value):
             check_number(key, value, field_range(f))
 

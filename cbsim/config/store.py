@@ -56,10 +56,9 @@ def register_configs() -> None:
 
 
 def load_config(cfg: DictConfig) -> CbsimConfig:
-    """Validate every value (numbers finite and in range, then the ``__post_init__`` checks)
-    and return typed objects."""
+    """Validate every value (the ``__post_init__`` checks, then every number finite and in its
+    range) and return typed objects."""
     try:
-        check_numbers(cfg, CbsimConfig)
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:
         cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
@@ -69,6 +68,7 @@ def load_config(cfg: DictConfig) -> CbsimConfig:
     if not isinstance(obj, CbsimConfig):
         raise ConfigError("the composed config is not a cbsim config (is cbsim_schema first?)")
     _reject_unknown_keys(obj, "")
+    check_numbers(obj)
     return obj
 
 

@@ -21,8 +21,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from cbsim.rundir import COMPARISON_FILE as COMPARISON_FILE
+from cbsim.rundir import FINISHED_FILE, atomic_write_text, finished_metrics, read_json
 from cbsim.rundir import SUMMARY_FILE as SUMMARY_FILE
-from cbsim.rundir import atomic_write_text, finished_metrics
 
 FINISHED, NOT_FINISHED, NOT_STARTED = "finished", "not finished", "not started"
 ENGINE_KEY = "engine"
@@ -87,24 +87,36 @@ def read_metrics(job_dir: Path) -> dict[str, Any] | None:
     return finished_metrics(job_dir)
 
 
+def _yaml(path: Path) -> Any:
+    """YAML through libyaml when it is there (Hydra's files, read once per job)."""
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def _job_record(job_dir: Path) -> tuple[int | None, list[str]] | None:
+    """A job's number and overrides: from its finished marker, else from Hydra's .hydra/."""
+    marker = read_json(job_dir / FINISHED_FILE)
+    job = marker.get("job") if isinstance(marker, dict) else None
+    if isinstance(job, dict) and isinstance(job.get("overrides"), list):
+        return job.get("num"), [str(o) for o in job["overrides"]]
+    try:
+        overrides = [str(o) for o in (_yaml(job_dir / ".hydra" / "overrides.yaml") or [])]
+    except (OSError, yaml.YAMLError):
+        return None
+    try:
+        num = int(_yaml(job_dir / ".hydra" / "hydra.yaml")["hydra"]["job"]["num"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        num = None
+    return num, overrides
+
+
 def job_dirs(sweep_dir: Path) -> dict[frozenset[str], tuple[int | None, Path]]:
     """Job directories under the sweep, by their set of overrides."""
     found: dict[frozenset[str], tuple[int | None, Path]] = {}
     for ov_file in sorted(sweep_dir.glob("**/.hydra/overrides.yaml")):
         job_dir = ov_file.parent.parent
-        if job_dir == sweep_dir:
-            continue
-        try:
-            overrides = [str(o) for o in (yaml.safe_load(ov_file.read_text()) or [])]
-        except (OSError, yaml.YAMLError):
-            continue
-        num = None
-        try:
-            hydra_cfg = yaml.safe_load((ov_file.parent / "hydra.yaml").read_text())
-            num = int(hydra_cfg["hydra"]["job"]["num"])
-        except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
-            pass
-        found[frozenset(overrides)] = (num, job_dir)
+        record = _job_record(job_dir) if job_dir != sweep_dir else None
+        if record is not None:
+            found[frozenset(record[1])] = (record[0], job_dir)
     return found
 
 
@@ -119,9 +131,9 @@ def collect_jobs(sweep_dir: Path, multirun_cfg: DictConfig | None = None) -> lis
     for i, overrides in enumerate(expected or []):
         num, job_dir = found.pop(frozenset(overrides), (i, None))
         jobs.append(_job(num if num is not None else i, overrides, job_dir))
-    for _key, (num, job_dir) in sorted(found.items(), key=lambda kv: (kv[1][0] is None, kv[1])):
-        ov = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
-        jobs.append(_job(num, [str(o) for o in ov], job_dir))
+    for key, (num, job_dir) in sorted(found.items(), key=lambda kv: (kv[1][0] is None, kv[1])):
+        record = _job_record(job_dir)
+        jobs.append(_job(num, record[1] if record else sorted(key), job_dir))
     return jobs
 
 
