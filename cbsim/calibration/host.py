@@ -11,6 +11,7 @@ from cbsim.calibration.fit import Fit, linear_fit
 from cbsim.calibration.recordings import Recorded, forward_steps
 from cbsim.calibration.result import Calibration, Row, label_out, outliers, set_quantile
 from cbsim.calibration.steps import samples_by_step, step_shapes
+from cbsim.config.hardware import PhaseCost
 from cbsim.costs import CostModel
 from cbsim.sim.streams import LaunchQueue
 from cbsim.trace import schema as S
@@ -81,7 +82,8 @@ def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
     excess: list[float] = []
     where: list[tuple[float, float]] = []  # (trace index, update index) of each stall
     updates = 0
-    names = ["fixed_us", "per_request_us", "per_token_us", "per_block_us"]
+    # the phase cost's own form: one column per coefficient (PhaseCost.counts)
+    names = list(PhaseCost.counts(1, 1, 1))
     for phase in (S.SCHEDULE, S.PREPARE, S.UPDATE):
         data = phase_table(recs, phase)
         if not len(data):
@@ -89,7 +91,8 @@ def fit_host_phases(recs: list[Recorded], cal: Calibration) -> None:
         updates += len(data) if phase == S.UPDATE else 0
         cost = getattr(host, phase)
         prior = [getattr(cost, k) for k in names]
-        X = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1], data[:, 5]])
+        counts = PhaseCost.counts(data[:, 0], data[:, 1], data[:, 5])
+        X = np.column_stack([np.broadcast_to(counts[k], (len(data),)) for k in names])
         y = data[:, 2]
         fit = linear_fit(X, y, names, prior)
         over = _stalls(y - X @ np.array([fit.values[k] for k in names]), y)
