@@ -81,3 +81,23 @@ def test_hazards_and_eos_drops_are_counted_without_a_trace():
     traced, untraced = both_ways(cfg, "async")
     assert traced["hazards"] > 0 and traced["generated_tokens"] > 0
     assert_same(traced, untraced)
+
+
+def test_simulate_many_gives_each_config_s_engines_their_metrics():
+    from cbsim.sim import simulate_many
+
+    configs = [
+        make(batch_size=2, gen_len=20),
+        make(engine={"name": "sync"}, batch_size=3, gen_len=12),
+        make("tiny", arrival="poisson", rate=200.0, num_requests=6, gen_len=15),
+    ]
+    configs[0] = dataclasses.replace(
+        configs[0], engine=dataclasses.replace(configs[0].engine, name="compare")
+    )
+    got = simulate_many(configs, lambda tables: metrics_from(MetricInputs(**tables)))
+    assert [sorted(g) for g in got] == [["async", "sync"], ["sync"], ["async"]]
+    for cfg, per_engine in zip(configs, got):
+        for engine, metrics in per_engine.items():
+            trace = simulate(cfg, engine, want_trace=True).trace
+            trace.other_data["config"] = dataclasses.asdict(cfg)
+            assert_same(compute_metrics(trace), metrics)

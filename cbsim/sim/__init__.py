@@ -1,8 +1,11 @@
 """The SimPy model of the host thread, three CUDA streams, events, IO slots, graphs and carry-over.
 
-Entry point: ``run(config, engine) -> Trace`` with engine "sync" or "async". Never imports torch.
+Entry points: ``run(config, engine) -> Trace`` with engine "sync" or "async";
+``simulate(config, engine, want_trace)`` (without a trace: the tables the metrics are computed
+from); ``simulate_many(configs, measure)`` for grids. Never imports torch.
 """
 
 from cbsim.sim.engine import SimResult, run, simulate
+from cbsim.sim.many import iter_many, simulate_many
 
-__all__ = ["SimResult", "run", "simulate"]
+__all__ = ["SimResult", "iter_many", "run", "simulate", "simulate_many"]
