@@ -31,6 +31,29 @@ def shade_level(busy: np.ndarray) -> np.ndarray:
     return np.clip(np.ceil(busy * LEVELS), 1, LEVELS) - 1
 
 
+def _share(ts_ms, end_ms, edges: np.ndarray, bin_ms: float) -> np.ndarray:
+    """The busy share of each bin, 0 to 1."""
+    busy = occupancy(np.asarray(ts_ms, float), np.asarray(end_ms, float), edges) / bin_ms
+    return np.clip(busy, 0.0, 1.0)
+
+
+def _lane_cells(g, edges: np.ndarray, bin_ms: float) -> tuple[list[str], np.ndarray, list[str]]:
+    """(phase names, z of the heatmap row, hover text per bin) of one lane's spans."""
+    names = [str(n) for n in g["name"].unique()]
+    occ = np.stack(
+        [_share(p["ts_ms"], p["end_ms"], edges, bin_ms) for _, p in g.groupby("name", sort=False)]
+    )
+    busy = _share(g["ts_ms"], g["end_ms"], edges, bin_ms)
+    z = np.where(busy > 0, occ.argmax(axis=0) * LEVELS + shade_level(busy) + 0.5, np.nan)
+    order = np.argsort(-occ, axis=0)[:3]
+    text = [
+        f"busy {busy[j]:.2%}<br>"
+        + "<br>".join(f"{names[k]} {occ[k, j]:.2%}" for k in order[:, j] if occ[k, j] > 0)
+        for j in range(len(busy))
+    ]
+    return names, z, text
+
+
 def aggregate_rows(
     fig: go.Figure, run: RunFrames, row: int, bin_ms: float, shown: set[str], unit: float = 1.0
 ) -> None:
@@ -38,77 +61,45 @@ def aggregate_rows(
     ys = row_y(run.rows)
     nbins = max(1, int(np.ceil(run.total_ms / bin_ms)))
     edges = np.arange(nbins + 1) * bin_ms
-    centers = (edges[:-1] + edges[1:]) / 2 / unit
     name = "s" if unit == 1e3 else "ms"
-    label = [f"{a / unit:.4g}–{b / unit:.4g} {name}" for a, b in zip(edges[:-1], edges[1:])]
+    cells = dict(
+        x=(edges[:-1] + edges[1:]) / 2 / unit,
+        customdata=[[f"{a / unit:.4g}–{b / unit:.4g} {name}" for a, b in zip(edges, edges[1:])]],
+        ygap=4,
+        meta="bins",
+        showscale=False,
+        zmin=0,
+    )
     for lane, g in run.spans.groupby("lane", sort=False):
         if lane not in ys:
             continue
-        names = [str(n) for n in g["name"].unique()]
-        occ = (
-            np.stack(
-                [
-                    occupancy(p["ts_ms"].to_numpy(float), p["end_ms"].to_numpy(float), edges)
-                    for _, p in g.groupby("name", sort=False)
-                ]
-            )
-            / bin_ms
-        )
-        busy = np.clip(
-            occupancy(g["ts_ms"].to_numpy(float), g["end_ms"].to_numpy(float), edges) / bin_ms,
-            0.0,
-            1.0,
-        )
-        z = np.where(busy > 0, occ.argmax(axis=0) * LEVELS + shade_level(busy) + 0.5, np.nan)
-        order = np.argsort(-occ, axis=0)[:3]
-        text = [
-            f"busy {busy[j]:.2%}<br>"
-            + "<br>".join(f"{names[k]} {occ[k, j]:.2%}" for k in order[:, j] if occ[k, j] > 0)
-            for j in range(nbins)
-        ]
+        names, z, text = _lane_cells(g, edges, bin_ms)
         for n in names:
             legend_entry(fig, n, shown)
         fig.add_trace(
             go.Heatmap(
-                x=centers,
+                **cells,
                 y=[ys[lane]],
                 z=[z],
-                zmin=0,
                 zmax=len(names) * LEVELS,
                 colorscale=_phase_scale(names),
-                showscale=False,
-                customdata=[label],
                 text=[text],
-                ygap=4,
-                meta="bins",
                 hovertemplate=f"<b>{lane}</b> %{{customdata}}<br>%{{text}}<extra>{run.engine}</extra>",
             ),
             row=row,
             col=1,
         )
     if IDLE_ROW in ys and len(run.idle):
-        idle = np.clip(
-            occupancy(run.idle["ts_ms"].to_numpy(float), run.idle["end_ms"].to_numpy(float), edges)
-            / bin_ms,
-            0.0,
-            1.0,
-        )
+        idle = _share(run.idle["ts_ms"], run.idle["end_ms"], edges, bin_ms)
         fig.add_trace(
             go.Heatmap(
-                x=centers,
+                **cells,
                 y=[ys[IDLE_ROW]],
                 z=[np.where(idle > 0, shade_level(idle) + 0.5, np.nan)],
-                zmin=0,
                 zmax=LEVELS,
-                showscale=False,
-                ygap=4,
-                meta="bins",
                 colorscale=_phase_scale([IDLE_ROW]),
-                customdata=[label],
                 text=[[f"{v:.2%}" for v in idle]],
-                hovertemplate="<b>GPU idle</b> %{customdata}: %{text}<extra>"
-                + run.engine
-                + "</extra>",
+                hovertemplate=f"<b>GPU idle</b> %{{customdata}}: %{{text}}<extra>{run.engine}</extra>",
             ),
             row=row,
             col=1,

@@ -78,6 +78,9 @@ def _grid(comp: pd.DataFrame, x: str, y: str | None):
     return xs, ys, z
 
 
+COLORBAR = dict(thickness=12, len=1.0, y=0.5, yanchor="middle")
+
+
 def heatmap_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) -> go.Figure:
     """Speedup, GPU idle sync, GPU idle async over (x, y), each with a colourbar in its unit."""
     xs, ys, z = _grid(comp, x, y)
@@ -93,68 +96,25 @@ def heatmap_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) 
             "GPU idle, async (%)",
         ),
     )
-    dom = [fig.layout[f"xaxis{'' if c == 1 else c}"].domain for c in (1, 2, 3)]
-    text = [
-        [_speed_text(v, threshold, nf) for v, nf in zip(row, nrow)]
-        for row, nrow in zip(speed, no_fit)
-    ]
-    span = max(abs(np.nanmax(speed) - 1), abs(1 - np.nanmin(speed)), 0.05) if speed.size else 0.1
+    right = [fig.layout[f"xaxis{'' if c == 1 else c}"].domain[1] + 0.01 for c in (1, 2, 3)]
     cells = dict(x=list(range(len(xs))), y=list(range(len(ys))))
-    bar = dict(thickness=12, len=1.0, y=0.5, yanchor="middle")
-    fig.add_trace(
-        go.Heatmap(
-            **cells,
-            z=speed,
-            text=text,
-            texttemplate="%{text}",
-            colorscale="RdBu",
-            zmid=1.0,
-            zmin=1 - span,
-            zmax=1 + span,
-            colorbar=dict(title=dict(text="speedup (x)"), x=dom[0][1] + 0.01, **bar),
-            hovertemplate="x%{z:.3f}<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
+    fig.add_trace(_speed_cells(speed, no_fit, threshold, cells, right[0]), row=1, col=1)
     top = 100 * max(0.05, float(np.nanmax(z("gpu_idle_sync"))) if speed.size else 1.0)
     for col, key in ((2, "gpu_idle_sync"), (3, "gpu_idle_async")):
-        idle = 100 * z(key)
+        fig.add_trace(_idle_cells(100 * z(key), no_fit, top, cells, col == 3, right[2]), 1, col)
+    for col in (1, 2, 3) if no_fit.any() else ():
         fig.add_trace(
             go.Heatmap(
                 **cells,
-                z=idle,
-                zmin=0,
-                zmax=top,
-                colorscale=[[0, "#ffffff"], [1, IDLE_COLOR]],
-                showscale=col == 3,
-                colorbar=dict(
-                    title=dict(text="GPU idle (%)"), ticksuffix="%", x=dom[2][1] + 0.01, **bar
-                ),
-                text=[
-                    [_idle_text(v, nf) for v, nf in zip(row, nrow)]
-                    for row, nrow in zip(idle, no_fit)
-                ],
-                texttemplate="%{text}",
-                hovertemplate="%{z:.2f}%<extra></extra>",
+                z=np.where(no_fit, 1.0, np.nan),
+                colorscale=[[0, NO_FIT_COLOR], [1, NO_FIT_COLOR]],
+                showscale=False,
+                opacity=0.85,
+                hovertemplate="does not fit the device<extra></extra>",
             ),
             row=1,
             col=col,
         )
-    if no_fit.any():
-        for col in (1, 2, 3):
-            fig.add_trace(
-                go.Heatmap(
-                    **cells,
-                    z=np.where(no_fit, 1.0, np.nan),
-                    colorscale=[[0, NO_FIT_COLOR], [1, NO_FIT_COLOR]],
-                    showscale=False,
-                    opacity=0.85,
-                    hovertemplate="does not fit the device<extra></extra>",
-                ),
-                row=1,
-                col=col,
-            )
     for col in (1, 2, 3):
         fig.update_xaxes(
             tickvals=cells["x"], ticktext=[str(v) for v in xs], title_text=x, row=1, col=col
@@ -163,18 +123,46 @@ def heatmap_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) 
             tickvals=cells["y"], ticktext=[str(v) for v in ys], title_text=y, row=1, col=col
         )
     for x0, y0, x1, y1 in _border(speed >= threshold, ~np.isnan(speed)):
-        fig.add_shape(
-            type="line",
-            x0=x0,
-            y0=y0,
-            x1=x1,
-            y1=y1,
-            xref="x",
-            yref="y",
-            line=dict(color="#111111", width=4),
-        )
+        line = dict(color="#111111", width=4)
+        fig.add_shape(type="line", x0=x0, y0=y0, x1=x1, y1=y1, xref="x", yref="y", line=line)
     fig.update_layout(height=180 + 55 * len(ys), margin=dict(l=90, r=40, t=40, b=60))
     return fig
+
+
+def _speed_cells(speed, no_fit, threshold: float, cells: dict, bar_x: float) -> go.Heatmap:
+    """The speedup cells, diverging around x1, with their colourbar."""
+    span = max(abs(np.nanmax(speed) - 1), abs(1 - np.nanmin(speed)), 0.05) if speed.size else 0.1
+    return go.Heatmap(
+        **cells,
+        z=speed,
+        text=[
+            [_speed_text(v, threshold, nf) for v, nf in zip(row, nrow)]
+            for row, nrow in zip(speed, no_fit)
+        ],
+        texttemplate="%{text}",
+        colorscale="RdBu",
+        zmid=1.0,
+        zmin=1 - span,
+        zmax=1 + span,
+        colorbar=dict(title=dict(text="speedup (x)"), x=bar_x, **COLORBAR),
+        hovertemplate="x%{z:.3f}<extra></extra>",
+    )
+
+
+def _idle_cells(idle, no_fit, top: float, cells: dict, scale: bool, bar_x: float) -> go.Heatmap:
+    """GPU idle cells in percent (white to the idle red); the colourbar on the last panel."""
+    return go.Heatmap(
+        **cells,
+        z=idle,
+        zmin=0,
+        zmax=top,
+        colorscale=[[0, "#ffffff"], [1, IDLE_COLOR]],
+        showscale=scale,
+        colorbar=dict(title=dict(text="GPU idle (%)"), ticksuffix="%", x=bar_x, **COLORBAR),
+        text=[[_idle_text(v, nf) for v, nf in zip(row, nrow)] for row, nrow in zip(idle, no_fit)],
+        texttemplate="%{text}",
+        hovertemplate="%{z:.2f}%<extra></extra>",
+    )
 
 
 def _speed_text(v: float, threshold: float, no_fit: bool) -> str:
@@ -217,40 +205,9 @@ def lines_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) ->
     y_order = order(comp[y]) if y else [""]
     px = [float(v) for v in xs] if num else list(range(len(xs)))
     for k, (yv, g) in enumerate(sorted(groups, key=lambda gr: y_order.index(gr[0]))):
-        g = g.set_index(g[x]).reindex(xs)
-        color = LINE_COLORS[k % len(LINE_COLORS)]
         name = f"{y}={yv}" if y else "speedup"
-        sp = g["speedup"].astype(float).to_list()
-        fig.add_trace(
-            go.Scatter(
-                x=px,
-                y=sp,
-                mode="lines+markers",
-                name=name,
-                legendgroup=name,
-                line=dict(color=color),
-                hovertemplate=f"{x}=%{{x}}: x%{{y:.3f}}<extra>{name}</extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        _bracket_marks(fig, px, sp, threshold, x, name, color)
-        if FITS in g:
-            _no_fit_marks(fig, px, sp, g[FITS], name)
-        for key, dash in (("gpu_idle_sync", "solid"), ("gpu_idle_async", "dash")):
-            fig.add_trace(
-                go.Scatter(
-                    x=px,
-                    y=(100 * g[key].astype(float)).to_list(),
-                    mode="lines+markers",
-                    showlegend=False,
-                    legendgroup=name,
-                    line=dict(color=color, dash=dash),
-                    hovertemplate=f"{x}=%{{x}}: %{{y:.2f}}%<extra>{name} {key[9:]}</extra>",
-                ),
-                row=1,
-                col=2,
-            )
+        color = LINE_COLORS[k % len(LINE_COLORS)]
+        _line_group(fig, g.set_index(g[x]).reindex(xs), px, x, name, color, threshold)
     fig.add_hline(
         y=threshold,
         line=dict(color="#555", dash="dot"),
@@ -273,6 +230,41 @@ def lines_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) ->
     fig.update_yaxes(title_text="GPU idle (%)", ticksuffix="%", rangemode="tozero", row=1, col=2)
     fig.update_layout(height=400, margin=dict(l=70, r=20, t=40, b=50), hovermode="closest")
     return fig
+
+
+def _line_group(fig, g: pd.DataFrame, px, x: str, name: str, color: str, threshold: float) -> None:
+    """One y value's lines: its speedup (crossing and no-fit marks) and its GPU idle."""
+    sp = g["speedup"].astype(float).to_list()
+    fig.add_trace(
+        go.Scatter(
+            x=px,
+            y=sp,
+            mode="lines+markers",
+            name=name,
+            legendgroup=name,
+            line=dict(color=color),
+            hovertemplate=f"{x}=%{{x}}: x%{{y:.3f}}<extra>{name}</extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    _bracket_marks(fig, px, sp, threshold, x, name, color)
+    if FITS in g:
+        _no_fit_marks(fig, px, sp, g[FITS], name)
+    for key, dash in (("gpu_idle_sync", "solid"), ("gpu_idle_async", "dash")):
+        fig.add_trace(
+            go.Scatter(
+                x=px,
+                y=(100 * g[key].astype(float)).to_list(),
+                mode="lines+markers",
+                showlegend=False,
+                legendgroup=name,
+                line=dict(color=color, dash=dash),
+                hovertemplate=f"{x}=%{{x}}: %{{y:.2f}}%<extra>{name} {key[9:]}</extra>",
+            ),
+            row=1,
+            col=2,
+        )
 
 
 def _bracket_marks(fig, px, sp, threshold: float, x: str, name: str, color: str) -> None:

@@ -80,6 +80,17 @@ def verdict(comp: pd.DataFrame, keys: list[str], threshold: float) -> str:
     return text
 
 
+NOTE = (
+    "Speedup = sync time / async time for the same settings (jobs paired by every override but "
+    "the engine, or one engine=compare job). GPU idle = share of the run the compute stream "
+    "executed nothing. The black border between cells, and the thick segment on the threshold "
+    "line between two measured settings, mark where the speedup crosses x{t:g}, the line this "
+    "report calls paying (set it with hydra.callbacks.sweep_summary.min_speedup); where exactly "
+    "in between was not measured. Grey cells and crossed points do not fit the device."
+)
+PAIR_COLUMNS = ("speedup", "gpu_idle_sync", "gpu_idle_async", "time_sync_s", "time_async_s", FITS)
+
+
 def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: float = 1.05) -> Path:
     """sweep.html beside summary.csv; plotly.min.js written once into the same directory."""
     path = Path(path)
@@ -95,57 +106,11 @@ def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: fl
         )
     else:
         comp = with_fit(jobs, comp, keys)
-        x, y, facets = pick_axes(comp, keys)
         page.para(esc(verdict(comp, _varying(comp, keys), threshold)), "lead")
-        page.para(
-            "Speedup = sync time / async time for the same settings (jobs paired by every "
-            "override but the engine, or one engine=compare job). GPU idle = share of the "
-            "run the compute stream executed nothing. The black border between cells, and "
-            "the thick segment on the threshold line between two measured settings, mark "
-            f"where the speedup crosses x{threshold:g}, the line this report calls paying "
-            "(set it with hydra.callbacks.sweep_summary.min_speedup); where exactly in "
-            "between was not measured. Grey cells and crossed points do not fit the device.",
-            "note",
-        )
-        groups = list(comp.groupby(facets, sort=True)) if facets else [((), comp)]
-        for values, g in groups[:MAX_FACETS]:
-            values = values if isinstance(values, tuple) else (values,)
-            if facets:
-                page.heading(", ".join(f"{k}={v}" for k, v in zip(facets, values)), level=3)
-            if x is not None:
-                page.figure(heatmap_figure(g, x, y, threshold), "heatmap")
-                page.figure(lines_figure(g, x, y, threshold), "lines")
-                if y is not None:
-                    page.figure(lines_figure(g, y, x, threshold), "lines_y")
-            else:
-                page.figure(single_figure(g, threshold), "speedup")
-        if len(groups) > MAX_FACETS:
-            page.para(
-                f"{len(groups) - MAX_FACETS} more groups of {', '.join(facets)} are in "
-                f"{COMPARISON_FILE}.",
-                "note",
-            )
+        page.para(NOTE.format(t=threshold), "note")
+        figures(page, comp, keys, threshold)
         page.heading("All pairs")
-        cols = [
-            *keys,
-            "speedup",
-            "gpu_idle_sync",
-            "gpu_idle_async",
-            "time_sync_s",
-            "time_async_s",
-            FITS,
-        ]
-        cols = [c for c in cols if c in comp]
-        records = comp.sort_values(keys).to_dict("records") if keys else comp.to_dict("records")
-        rows = [[_cell(c, r[c]) for c in cols] for r in records]
-        classes = [
-            [
-                ("good" if r["speedup"] >= threshold else "bad") if c == "speedup" else ""
-                for c in cols
-            ]
-            for r in records
-        ]
-        page.add(table(cols, rows, classes))
+        page.add(pair_table(comp, keys, threshold))
     missing = [j for j in jobs if j.status != FINISHED]
     if missing:
         page.heading(f"Not finished: {len(missing)}")
@@ -166,6 +131,40 @@ def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: fl
         "note",
     )
     return page.write(path, js_dir=path.parent)
+
+
+def figures(page: Page, comp: pd.DataFrame, keys: list[str], threshold: float) -> None:
+    """Heatmap and line charts per facet (a value of the swept keys beyond the two axes)."""
+    x, y, facets = pick_axes(comp, keys)
+    groups = list(comp.groupby(facets, sort=True)) if facets else [((), comp)]
+    for values, g in groups[:MAX_FACETS]:
+        values = values if isinstance(values, tuple) else (values,)
+        if facets:
+            page.heading(", ".join(f"{k}={v}" for k, v in zip(facets, values)), level=3)
+        if x is None:
+            page.figure(single_figure(g, threshold), "speedup")
+            continue
+        page.figure(heatmap_figure(g, x, y, threshold), "heatmap")
+        page.figure(lines_figure(g, x, y, threshold), "lines")
+        if y is not None:
+            page.figure(lines_figure(g, y, x, threshold), "lines_y")
+    if len(groups) > MAX_FACETS:
+        page.para(
+            f"{len(groups) - MAX_FACETS} more groups of {', '.join(facets)} are in "
+            f"{COMPARISON_FILE}.",
+            "note",
+        )
+
+
+def pair_table(comp: pd.DataFrame, keys: list[str], threshold: float) -> str:
+    cols = [c for c in (*keys, *PAIR_COLUMNS) if c in comp]
+    records = comp.sort_values(keys).to_dict("records") if keys else comp.to_dict("records")
+    rows = [[_cell(c, r[c]) for c in cols] for r in records]
+    classes = [
+        [("good" if r["speedup"] >= threshold else "bad") if c == "speedup" else "" for c in cols]
+        for r in records
+    ]
+    return table(cols, rows, classes)
 
 
 def _cell(col: str, value: Any) -> str:
