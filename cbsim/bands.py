@@ -5,12 +5,14 @@ One simulation answers with one number, but the same run in two calls of the GPU
 carries both spreads (``hardware.host.spread``); ``predict_bands(cfg)`` simulates both engines
 ``draws`` times, each draw with every host cost multiplied by a host-speed factor (log-normal with
 ``between_calls``, drawn stratified so a few draws span the distribution) and, when
-``within_run`` is set, each host phase varied step to step around it. It reports P5, median and
+``within_run`` is set, each host phase varied step to step around it; with
+``hardware.gpu.forward_error`` every forward also takes a drawn factor, the GPU model's own error
+on runs it was not fitted on (a GPU-bound async run does not move with the host). It reports P5, median and
 P95 of total time, GPU idle and the async speedup. Seeded: the same config gives the same bands.
 
 The dict (JSON-ready; for metrics.json, the printed table, the report, a sweep's summary)::
 
-    {"draws": 9, "seed": 0, "between_calls": 0.29, "within_run": 0.23,
+    {"draws": 9, "seed": 0, "between_calls": 0.29, "within_run": 0.23, "forward_error": 0.03,
      "quantiles": ["p5", "median", "p95"],
      "sync":  {"total_time_s": {"p5": .., "median": .., "p95": ..},
                "gpu_idle_fraction": {"p5": .., "median": .., "p95": ..}},
@@ -85,13 +87,24 @@ def _simulate(cfg: CbsimConfig, engine: str) -> dict[str, Any]:
     return metrics_from(MetricInputs(**result.tables))
 
 
+def forward_scales(forward_error: float, draws: int, seed: int) -> list[float]:
+    """The forward model's error per draw: stratified like the host factors, its strata in a
+    seeded order of their own (the two are independent)."""
+    scales = speed_factors(forward_error, draws, seed + 7919)
+    order = np.random.default_rng(seed + 104729).permutation(draws)
+    return [scales[i] for i in order]
+
+
 def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:
     """Per draw, per engine: the metrics of ``METRICS``."""
-    spread = cfg.hardware.host.spread
+    hw, spread = cfg.hardware, cfg.hardware.host.spread
+    host_factors = speed_factors(spread.between_calls, spread.draws, spread.seed)
+    scales = forward_scales(hw.gpu.forward_error, spread.draws, spread.seed)
     out = []
-    for i, factor in enumerate(speed_factors(spread.between_calls, spread.draws, spread.seed)):
-        host = scaled_host(cfg.hardware.host, factor, spread.seed + 1 + i)
-        drawn = dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host))
+    for i, (factor, scale) in enumerate(zip(host_factors, scales)):
+        host = scaled_host(hw.host, factor, spread.seed + 1 + i)
+        gpu = dataclasses.replace(hw.gpu, forward_scale=hw.gpu.forward_scale * scale)
+        drawn = dataclasses.replace(cfg, hardware=dataclasses.replace(hw, host=host, gpu=gpu))
         per_engine = {}
         for engine in ("sync", "async"):
             m = _simulate(as_engine(drawn, engine), engine)
@@ -114,6 +127,7 @@ def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
         "seed": spread.seed,
         "between_calls": spread.between_calls,
         "within_run": spread.within_run,
+        "forward_error": cfg.hardware.gpu.forward_error,
         "quantiles": list(QUANTILES),
     }
     for engine in ("sync", "async"):
@@ -131,7 +145,8 @@ def format_bands(bands: dict[str, Any]) -> str:
 
     lines = [
         f"band: P5 / median / P95 over {bands['draws']} draws of host speed (spread "
-        f"{bands['between_calls']:g} between calls, {bands['within_run']:g} within a run)"
+        f"{bands['between_calls']:g} between calls, {bands['within_run']:g} within a run) and "
+        f"of the forward model's error ({bands['forward_error']:g})"
     ]
     for engine in ("sync", "async"):
         b = bands[engine]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from conftest import make_config
 
@@ -122,3 +123,41 @@ def test_the_printed_band_shows_each_quantile():
     text = format_bands(predict_bands(config(between=0.3, draws=3)))
     assert text.startswith("band: P5 / median / P95 over 3 draws")
     assert text.count(" / ") >= 10 and "async speedup x" in text
+
+
+def test_the_forward_error_widens_the_async_band_and_hardly_the_speedup():
+    """A GPU-bound async run does not move with the host; the model's own error moves it, in
+    both engines of a draw alike (so the speedup's band barely changes)."""
+    gpu_bound = ["model=llama3_8b", *SMALL[1:]]  # seconds of forwards, not the tiny model's
+    cfg = make_config(gpu_bound)
+    host = dataclasses.replace(cfg.hardware.host, spread=HostSpread(between_calls=0.3, draws=5))
+    cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host))
+    host_only = predict_bands(cfg)
+    gpu = dataclasses.replace(cfg.hardware.gpu, forward_error=0.05)
+    both = predict_bands(
+        dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, gpu=gpu))
+    )
+    width = lambda b: b["p95"] - b["p5"]  # noqa: E731
+    assert width(both["async"]["total_time_s"]) > width(host_only["async"]["total_time_s"])
+    assert ordered(both["async"]["total_time_s"]) and ordered(both["speedup"])
+    assert both["forward_error"] == 0.05 and host_only["forward_error"] == 0.0
+
+
+def test_the_forward_scale_multiplies_every_forward_term():
+    cfg = config()
+    base = CostModel(cfg)
+    gpu = dataclasses.replace(cfg.hardware.gpu, forward_scale=1.1)
+    slow = CostModel(dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, gpu=gpu)))
+
+    class Decode:
+        query_lens = np.ones(4, dtype=np.int64)
+        context_lens = np.full(4, 100, dtype=np.int64)
+        start_pos = context_lens - 1
+        query_tokens, kv_tokens, num_samples, num_requests, kind = 4, 400, 4, 4, "decode"
+
+        def __len__(self):
+            return 4
+
+    a = base.forward(Decode(), graph=True, carry_over=True)
+    b = slow.forward(Decode(), graph=True, carry_over=True)
+    assert b.total_us == pytest.approx(1.1 * a.total_us) and b.kernels == a.kernels

@@ -237,7 +237,7 @@ class CostModel:
     def _cost(self, batch, decode, graph, carry_over, linear, lm_head, attention) -> ForwardCost:
         gap = self.gpu.graph_node_gap_us if graph else self.gpu.eager_kernel_gap_us
         kernels = self.step_kernels(batch, decode) + (1 if carry_over else 0)
-        return ForwardCost(
+        cost = ForwardCost(
             linear_us=linear,
             lm_head_us=lm_head,
             attention_us=attention,
@@ -245,6 +245,14 @@ class CostModel:
             carry_over_us=self.gpu.carry_over_us if carry_over else 0.0,
             kernels=kernels,
         )
+        scale = self.gpu.forward_scale
+        if scale != 1.0:  # a band's draw of the forward model's error
+            cost.linear_us *= scale
+            cost.lm_head_us *= scale
+            cost.attention_us *= scale
+            cost.overhead_us *= scale
+            cost.carry_over_us *= scale
+        return cost
 
     def prefix_walk_us(self, batch) -> float:
         """The masked continuation kernel's walk over the widest continuation's table."""
