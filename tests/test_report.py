@@ -219,3 +219,25 @@ def test_a_run_that_does_not_fit_the_device_says_so_first(tmp_path):
     )
     html = write_run_report(runs, make_config(["engine=sync"]), tmp_path / "r.html").read_text()
     assert "does not fit the device: it needs 200.0 GB of the device&#x27;s 141.0 GB" in html
+
+
+def test_bands_show_as_a_table_when_given_or_recorded(tmp_path):
+    band = {"p5": 1.0, "median": 1.1, "p95": 1.2}
+    bands = {
+        "draws": 8,
+        "quantiles": ["p5", "median", "p95"],
+        "sync": {
+            "total_time_s": band,
+            "gpu_idle_fraction": {"p5": 0.2, "median": 0.21, "p95": 0.25},
+        },
+        "async": {"total_time_s": band, "gpu_idle_fraction": band},
+        "speedup": {"p5": 1.25, "median": 1.3, "p95": 1.31},
+    }
+    runs = runs_of(30)
+    cfg = make_config(["engine=compare"])
+    html = write_run_report(runs, cfg, tmp_path / "a.html", bands=bands).read_text()
+    assert "bands over 8 host-speed draws" in html
+    assert "<td>async speedup</td><td>x1.250</td><td>x1.300</td><td>x1.310</td>" in html
+    assert "<td>sync GPU idle</td><td>20.00%</td><td>21.00%</td><td>25.00%</td>" in html
+    runs["sync"][0].other_data["bands"] = bands
+    assert "host-speed draws" in write_run_report(runs, cfg, tmp_path / "b.html").read_text()

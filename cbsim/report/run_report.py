@@ -132,6 +132,9 @@ def build_page(
     tables = [metrics_table(metrics)]
     if len(metrics) == 2:
         tables.append(comparison_table(metrics))
+    bands = bands or next(
+        (b for t in traces.values() if isinstance(b := t.other_data.get("bands"), dict)), None
+    )
     if bands:
         tables.append(bands_table(bands))
     tables.append(config_table(config) if config is not None else recorded_table(traces))
