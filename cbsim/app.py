@@ -22,7 +22,13 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.store import load_config, register_configs
 from cbsim.interrupts import exit_code, interrupts_raise, signal_name
-from cbsim.metrics import compare_metrics, compute_metrics, format_table
+from cbsim.metrics import (
+    MetricInputs,
+    compare_metrics,
+    compute_metrics,
+    format_table,
+    metrics_from,
+)
 from cbsim.rundir import (
     JOB_CONFIG_FILE,
     METRICS_FILE,
@@ -35,6 +41,7 @@ from cbsim.rundir import (
     trace_name,
     write_finished,
 )
+from cbsim.sim import simulate
 from cbsim.trace import Trace, write_trace
 
 log = logging.getLogger("cbsim")
@@ -64,9 +71,9 @@ def _backend(config: CbsimConfig):
     return run
 
 
-def device_fit(trace: Trace, config: CbsimConfig) -> dict[str, Any]:
-    """Whether the run fits the device (weights + KV cache + IO buffers + graph pool)."""
-    memory = trace.other_data.get("memory") or {}
+def device_fit(memory: dict[str, Any], config: CbsimConfig) -> dict[str, Any]:
+    """Whether the run fits the device (weights + KV cache + IO buffers + graph pool), from
+    the back end's memory estimate (a trace's otherData.memory)."""
     return {
         "fits_device": memory.get("fits_device"),
         "device_bytes_needed": memory.get("device_bytes_needed"),
@@ -87,19 +94,33 @@ def _run_one(config: CbsimConfig, engine: str, single: bool, run_dir: Path, back
         raise
 
 
+def _untraced(
+    config: CbsimConfig, engine: str, resolved: dict[str, Any]
+) -> tuple[None, dict[str, Any]]:
+    """A simulation nobody draws or keeps the trace of: the metrics from the simulator's own
+    tables (the same numbers as from its trace, no events built)."""
+    result = simulate(config, engine, want_trace=False, config_dict=resolved)
+    metrics = metrics_from(MetricInputs(**result.tables))
+    return None, {**metrics, **device_fit(result.memory, config)}
+
+
 def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Run each engine, write what config.output asks, and return the metrics object."""
     backend = _backend(config)
     engines = engines_of(config)
     out = config.output
-    runs: dict[str, tuple[Trace, dict[str, Any]]] = {}
+    runs: dict[str, tuple[Trace | None, dict[str, Any]]] = {}
     for engine in engines:
+        if config.mode.name == "sim" and not (out.trace or out.report):
+            runs[engine] = _untraced(config, engine, resolved)
+            continue
         trace = _run_one(config, engine, len(engines) == 1, run_dir, backend)
         trace.other_data.setdefault("config", resolved)
         if out.trace:
             name = trace_name(engine, len(engines) == 1, bool(out.trace_gzip))
             log.debug("trace: %s", write_trace(trace, run_dir / name))
-        runs[engine] = (trace, {**compute_metrics(trace), **device_fit(trace, config)})
+        memory = trace.other_data.get("memory") or {}
+        runs[engine] = (trace, {**compute_metrics(trace), **device_fit(memory, config)})
     if len(engines) == 1:
         metrics: dict[str, Any] = {"engine": engines[0], **runs[engines[0]][1]}
     else:

@@ -202,6 +202,34 @@ def test_a_job_composed_from_the_cached_defaults_equals_hydras_own(job):
     assert list(fast.hydra.overrides.task) == job
 
 
+@pytest.mark.slow
+def test_metrics_without_a_trace_are_the_traced_ones(tmp_path):
+    """A sweep's job simulates without building a trace; its metrics.json must hold the numbers
+    a traced run computes from its trace."""
+    common = [
+        "model=tiny",
+        "engine=compare",
+        "workload.batch_size=4",
+        "workload.gen_len=64",
+        "workload.arrival=poisson",
+        "workload.num_requests=12",
+        "output.report=false",
+    ]
+    got = {}
+    for trace in ("true", "false"):
+        run_dir = tmp_path / trace
+        r = run_cli([*common, f"output.trace={trace}", f"hydra.run.dir={run_dir}"], tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got[trace] = flatten(json.loads((run_dir / "metrics.json").read_text()))
+    assert not list((tmp_path / "false").glob("trace*"))
+    assert set(got["true"]) == set(got["false"])
+    for key, value in got["true"].items():
+        if isinstance(value, float):
+            assert got["false"][key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        else:
+            assert got["false"][key] == value, key
+
+
 def test_rebuild_from_the_command_line(tmp_path, capsys):
     sweep = make_sweep(
         tmp_path / "sw", ["engine=sync,async", "workload.batch_size=8", "workload.gen_len=1024"]
