@@ -15,6 +15,7 @@ the same one-line message.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -88,7 +89,7 @@ class Result:
     def report(self, path: str | os.PathLike[str] = "report.html") -> Path:
         """Write the run report (self-contained HTML) and return its path."""
         runs = {e: (t, m) for (e, t), m in zip(self.traces.items(), self.engine_metrics().values())}
-        return write_run_report(runs, self.config, Path(path))
+        return write_run_report(runs, self.config, Path(path), files=[])  # no trace files
 
 
 def _stacked(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -119,8 +120,10 @@ def simulate(*overrides: str, config: CbsimConfig | None = None) -> Result:
         raise ConfigError(f"task={config.task}: simulate() runs task=run")
     engines = ["sync", "async"] if config.engine.name == "compare" else [config.engine.name]
     runs = {}
+    resolved = dataclasses.asdict(config)  # as the app records it: metrics read it
     for engine in engines:
         trace = sim_run(config, engine)
+        trace.other_data.setdefault("config", resolved)
         memory = trace.other_data.get("memory") or {}
         fit = {
             "fits_device": memory.get("fits_device"),

@@ -29,6 +29,8 @@ def test_simulate_returns_metrics_steps_and_spans(result):
         compute_metrics(result.traces["async"])["total_time_s"]
     )
     assert result.metrics["fits_device"] is True
+    assert result.metrics["hbm_tbps_mean"] > 0  # the run config travels with the trace
+    assert result.traces["async"].other_data["config"]["workload"]["gen_len"] == 24
     assert isinstance(result.steps, pd.DataFrame) and isinstance(result.spans, pd.DataFrame)
     assert len(result.steps) == result.metrics["steps"] > 0
     assert {"engine", "step", "step_ms", "gpu_ms", "exposed_ms"} <= set(result.steps.columns)
@@ -83,3 +85,16 @@ def test_the_package_is_typed_and_imports_its_api_lazily():
     code = "import sys, cbsim.trace; print('cbsim.api' in sys.modules, 'plotly' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_simulate_measures_what_the_command_line_measures(result, tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    args = ["+experiment=long_seq", "engine=async", *SMALL, f"hydra.run.dir={tmp_path / 'r'}"]
+    r = run_cli(args, cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cli = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    for key in ("total_time_s", "gpu_idle_fraction", "hbm_tbps_mean", "steps", "median_ttft_ms"):
+        assert result.metrics[key] == pytest.approx(cli[key]), key

@@ -207,6 +207,11 @@ def recorded_table(traces: dict[str, Trace]) -> str:
 RECORDED_ROWS = (
     ("source", ("source",)),
     ("engine", ("engine",)),
+    ("model", ("config", "model", "name")),
+    ("hardware profile", ("config", "hardware", "name")),
+    ("batch size", ("config", "workload", "batch_size")),
+    ("prompt tokens (mean)", ("config", "workload", "prompt_len")),
+    ("generated tokens (mean)", ("config", "workload", "gen_len")),
     ("device", ("hardware", "name")),
     ("torch · CUDA", ("hardware", "torch")),
     ("transformers", ("hardware", "transformers")),
