@@ -1,35 +1,23 @@
-"""CostModel: the roofline forward, copies, host phases and memory (all microseconds or bytes).
+"""CostModel: the roofline forward, copies, host phases and memory (microseconds, bytes).
 
-All times are microseconds. Every term is a config value (``hardware``, ``hardware.gpu``,
-``hardware.host``, ``model``, ``workload``), so a what-if is an override, never a code edit.
+Every term is a config value (``hardware``, ``model``, ``workload``; hardware.py says where each
+came from), so a what-if is an override. The forward, a roofline per operation kind (max(FLOPs /
+achieved FLOP/s, bytes / achieved bandwidth), achieved = peak x that kind's efficiency):
 
-GPU forward pass, a roofline per operation kind (time = max(FLOPs / achieved FLOP/s,
-bytes / achieved bandwidth), achieved = peak x that kind's efficiency):
+- linear layers: the GEMMs (FLOPs 2 x params x query tokens; weights read once, plus
+  ``gemm_row_us`` per computed row, padded graph rows included) and, added, the activations'
+  elementwise traffic at the same bandwidth; the LM head over the sampled rows only;
+- attention: the KV each request reads (padded to ``attention_kv_pad``) plus the new K/V; FLOPs
+  4 x heads x head_dim x layers x sum(q x mean context); decode adds ``attention_walk_us_per_token``
+  x min(longest decode context, the split-K partition ``pick_partition`` picks);
+- ``forward_fixed_us``, one gap per kernel (eager or graph node; ``step_kernels`` counts them by
+  the step's attention groups), ``carry_over_us``; ``idle_slowdown`` x the stream's idle before.
 
-- linear layers (QKV, O, gate/up/down of every layer): the GEMMs a roofline of FLOPs 2 x params
-  x query tokens and the layer weights read once; plus the activations each layer reads and
-  writes, at the same bandwidth, added (separate elementwise kernels: no overlap with the GEMMs);
-- LM head: only the sampled rows (one per sampled request), its weights once, fp32 logits out;
-- attention: bytes the KV each request reads (its context padded up to ``attention_kv_pad``
-  tokens) plus the new K/V written; FLOPs 4 x heads x head_dim x layers x sum(q x mean context);
-- plus ``forward_fixed_us`` and one GPU gap per kernel (``eager_kernel_gap_us`` eagerly,
-  ``graph_node_gap_us`` inside a replayed graph); the in-graph carry-over adds ``carry_over_us``;
-  kernels by what the step holds (``step_kernels``: decode rows, prompt chunks, a cached prefix);
-- the linear layers' memory side adds ``gemm_row_us`` per computed row (skinny GEMMs slow down
-  with M; padded graph rows count); prefill, FLOP-bound, does not see it;
-- decode attention adds ``attention_walk_us_per_token`` per KV token of the longest walk one
-  split-K program makes: min(longest decode context, partition), the partition chosen as the
-  runtime's kernel chooses it (``pick_partition``: about ``attention_target_programs`` programs
-  over the block table, which is as wide as the longest request, partitions of at least
-  ``attention_min_partition`` tokens, a power of two);
-- a forward that follows an idle compute stream takes ``idle_slowdown x idle`` longer
-  (``idle_slowdown_us``; the simulator charges it on enqueue).
-
-Copies: ``copy_latency_us + bytes / bandwidth``. Host phases: ``fixed + per request x requests +
-per token x query tokens + per block x KV blocks`` (``PhaseCost``); launch: one
-``kernel_launch_us`` per kernel eagerly or one ``graph_launch_us``, plus ``launch_per_block_us``
-per KV block, one ``copy_launch_us`` per copy and one ``event_us`` per event op. KV blocks of a
-batch: ``kv_tokens // block_size + requests`` (``kv_blocks``; a trace's span args give it too).
+With ``hardware.kernel_table`` the GEMMs, elementwise kernels, decode and prompt-start attention
+and the copies are measured kernel times instead (kernels.py). Copies: ``copy_latency_us + bytes /
+bandwidth``. Host phases: ``PhaseCost`` over requests, tokens and KV blocks (``kv_tokens //
+block_size + requests``); a launch: one ``kernel_launch_us`` per kernel or one ``graph_launch_us``,
+``launch_per_block_us`` per block, ``copy_launch_us`` per copy, ``event_us`` per event op.
 """
 
 from __future__ import annotations
@@ -176,15 +164,25 @@ class CostModel:
     ) -> ForwardCost:
         """One forward pass over a scheduler Batch (``query_lens``, ``context_lens``,
         ``query_tokens``, ``kv_tokens``, ``num_samples``, ``kind``)."""
-        q_tokens, sampled, kv_tokens = batch.query_tokens, batch.num_samples, batch.kv_tokens
+        q_tokens, sampled = batch.query_tokens, batch.num_samples
         decode = batch.kind == "decode"  # one query token per request: closed forms below
         if padded_requests is not None and padded_requests > len(batch):
             # a replayed decode graph computes its padded rows too (one token each, no KV)
             extra = padded_requests - len(batch)
             q_tokens += extra
             sampled += extra
-        if self.kernel_costs is not None:
-            return self._forward_from_table(batch, q_tokens, sampled, decode, graph, carry_over)
+        if self.kernel_costs is None:
+            linear, lm_head = self._roofline_linear(q_tokens, sampled)
+            attention = self._roofline_attention(batch, decode, padded_requests)
+        else:  # measured kernels; chunks after a cached prefix (not timed) by the roofline
+            kc = self.kernel_costs
+            linear, lm_head = kc.linear_us(q_tokens), kc.lm_head_us(sampled)
+            attention = kc.attention_us(batch, decode, self.gpu.attention_padded_groups)
+            attention += 0.0 if decode else self.continuation_attention_us(batch)
+        return self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
+
+    def _roofline_linear(self, q_tokens: int, sampled: int) -> tuple[float, float]:
+        """The linear layers and the LM head over ``q_tokens`` computed and ``sampled`` rows."""
         # the GEMMs: a roofline of their FLOPs and their weights; the activations' reads and
         # writes (norms, RoPE, SiLU, residual adds) are kernels of their own, memory-bound,
         # added (in a prefill their max with the FLOPs hid 33 ms at 8K tokens, h200_run8)
@@ -203,6 +201,10 @@ class CostModel:
                 self.gemm_flops,
                 self.gemm_bw,
             )
+        return linear, lm_head
+
+    def _roofline_attention(self, batch, decode: bool, padded_requests: int | None) -> float:
+        kv_tokens = batch.kv_tokens
         pad = self.gpu.attention_kv_pad
         ctx = batch.context_lens
         read_tokens = int((((ctx + pad - 1) // pad) * pad).sum()) if pad > 1 else kv_tokens
@@ -232,7 +234,7 @@ class CostModel:
                 attention += self.walk_us * min(longest, self.partition(rows))
         if not decode:
             attention += self.prefix_walk_us(batch)
-        return self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
+        return attention
 
     def _cost(self, batch, decode, graph, carry_over, linear, lm_head, attention) -> ForwardCost:
         gap = self.gpu.graph_node_gap_us if graph else self.gpu.eager_kernel_gap_us
@@ -262,29 +264,26 @@ class CostModel:
         width = -(-int(batch.context_lens[ext].max()) // self.block_size) * self.block_size
         return self.gpu.prefix_walk_us_per_token * width
 
-    def _forward_from_table(self, batch, q_tokens, sampled, decode, graph, carry_over):
-        """The GEMMs, elementwise kernels and attention from the kernel table; chunks after a
-        cached prefix (which the table does not time) by the roofline of their padded work."""
-        kc = self.kernel_costs
-        padded = self.gpu.attention_padded_groups
-        attention = kc.attention_us(batch, decode, padded)
-        ext = None if decode else (batch.query_lens > 1) & (batch.start_pos > 0)
-        if ext is not None and ext.any():
-            q, ctx = batch.query_lens[ext], batch.context_lens[ext]
-            if padded:
-                width = -(-int(ctx.max()) // self.block_size) * self.block_size
-                work, read = float(len(q) * int(q.max()) * width), len(q) * width
-            else:
-                work, read = float((q * (ctx - (q - 1) * 0.5)).sum()), int(ctx.sum())
-            attention += roofline_us(
-                self.attn_flops_coeff * work,
-                (read + int(q.sum())) * self.kv_bytes_per_token,
-                self.attn_flops,
-                self.attn_bw,
-            )
-            attention += self.prefix_walk_us(batch)
-        linear, lm_head = kc.linear_us(q_tokens), kc.lm_head_us(sampled)
-        return self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
+    def continuation_attention_us(self, batch) -> float:
+        """Chunks after a cached prefix, which a kernel table does not time: the roofline of
+        their work (padded to the longest, against the whole gathered table, as the runtime
+        runs them with attention_padded_groups) and the walk over that table."""
+        ext = (batch.query_lens > 1) & (batch.start_pos > 0)
+        if not ext.any():
+            return 0.0
+        q, ctx = batch.query_lens[ext], batch.context_lens[ext]
+        if self.gpu.attention_padded_groups:
+            width = -(-int(ctx.max()) // self.block_size) * self.block_size
+            work, read = float(len(q) * int(q.max()) * width), len(q) * width
+        else:
+            work, read = float((q * (ctx - (q - 1) * 0.5)).sum()), int(ctx.sum())
+        flops, nbytes = (
+            self.attn_flops_coeff * work,
+            (read + int(q.sum())) * self.kv_bytes_per_token,
+        )
+        return roofline_us(flops, nbytes, self.attn_flops, self.attn_bw) + self.prefix_walk_us(
+            batch
+        )
 
     def padded_attention_work(self, batch) -> float:
         """Query x key pairs the runtime's attention computes in a step with prompt chunks
