@@ -81,3 +81,14 @@ def test_kernel_times_of_an_import_are_shown_by_share(tmp_path):
     html = out.read_text()
     assert "Where the GPU time went, by kernel" in html
     assert "cudnn_sdpa_fprop</td><td>0.91</td><td>32</td><td>91.0%" in html
+
+
+def test_reports_in_one_directory_can_share_plotly(tmp_path):
+    b = TraceBuilder("kineto")
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 100.0, step=0)
+    path = str(write_trace(b.build(), tmp_path / "k.json"))
+    for name in ("a.html", "b.html"):
+        assert main([path, "-o", str(tmp_path / "out" / name), "--shared-js"]) == 0
+        html = (tmp_path / "out" / name).read_text()
+        assert '<script src="plotly.min.js"></script>' in html and len(html) < 200_000
+    assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 3_000_000

@@ -3,7 +3,10 @@ trace) is drawn by the same code, any number of traces side by side. With the ru
 otherData it is the full run report; without one the metrics keep their names and units and what
 the traces recorded (device, versions, overrides) stands in for the config.
 
-    python -m cbsim.report TRACE [TRACE ...] [-o report.html]
+    python -m cbsim.report TRACE [TRACE ...] [-o report.html] [--shared-js]
+
+--shared-js: the page references a plotly.min.js written once beside it instead of inlining it
+(several reports in one directory share it).
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ def run_keys(traces: list[Trace], paths: list[Path]) -> list[str]:
     return [f"{i}: {p}" for i, p in enumerate(paths)]
 
 
-def report_traces(paths: list[Path], out: Path) -> dict[str, dict[str, Any]]:
+def report_traces(
+    paths: list[Path], out: Path, shared_js: bool = False
+) -> dict[str, dict[str, Any]]:
     """Read, measure and draw; returns the metrics by engine (or file name)."""
     traces = [read_trace(p) for p in paths]
     configs = [config_of(t) for t in traces]
@@ -59,12 +64,16 @@ def report_traces(paths: list[Path], out: Path) -> dict[str, dict[str, Any]]:
         == (configs[0].workload, configs[0].model, configs[0].hardware)
         for c in configs
     )
-    write_run_report(runs, configs[0] if same else None, out, files=[str(p) for p in paths])
+    js_dir = out.parent if shared_js else None
+    config = configs[0] if same else None
+    write_run_report(runs, config, out, js_dir=js_dir, files=[str(p) for p in paths])
     return {k: m for k, (_, m) in runs.items()}
 
 
 def main(argv: list[str]) -> int:
     out = Path("report.html")
+    shared = "--shared-js" in argv
+    argv = [a for a in argv if a != "--shared-js"]
     if "-o" in argv:
         i = argv.index("-o")
         if i + 1 >= len(argv):
@@ -73,10 +82,10 @@ def main(argv: list[str]) -> int:
         out = Path(argv[i + 1])
         argv = argv[:i] + argv[i + 2 :]
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip().splitlines()[-1].strip())
+        print(__doc__.strip().split("\n\n")[1].strip())
         return 0 if argv else 2
     try:
-        metrics = report_traces([Path(a) for a in argv], out)
+        metrics = report_traces([Path(a) for a in argv], out, shared)
     except TraceError as exc:
         print(f"cbsim.report: {exc}", file=sys.stderr)  # one line: the file and why
         return 2
