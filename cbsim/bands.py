@@ -6,7 +6,7 @@ carries both spreads (``hardware.host.spread``); ``predict_bands(cfg)`` simulate
 ``draws`` times, each draw with every host cost multiplied by a host-speed factor (log-normal with
 ``between_calls``, drawn stratified so a few draws span the distribution) and, when
 ``within_run`` is set, each host phase varied step to step around it; with
-``hardware.gpu.forward_error`` every forward also takes a drawn factor, the GPU model's own error
+``hardware.gpu.spread.forward_error`` every forward also takes a drawn factor, the GPU model's own error
 on runs it was not fitted on (a GPU-bound async run does not move with the host). It reports P5, median and
 P95 of total time, GPU idle and the async speedup. Seeded: the same config gives the same bands.
 
@@ -99,11 +99,13 @@ def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:
     """Per draw, per engine: the metrics of ``METRICS``."""
     hw, spread = cfg.hardware, cfg.hardware.host.spread
     host_factors = speed_factors(spread.between_calls, spread.draws, spread.seed)
-    scales = forward_scales(hw.gpu.forward_error, spread.draws, spread.seed)
+    gpu_spread = hw.gpu.spread
+    scales = forward_scales(gpu_spread.forward_error, spread.draws, spread.seed)
     out = []
     for i, (factor, scale) in enumerate(zip(host_factors, scales)):
         host = scaled_host(hw.host, factor, spread.seed + 1 + i)
-        gpu = dataclasses.replace(hw.gpu, forward_scale=hw.gpu.forward_scale * scale)
+        drawn_gpu = dataclasses.replace(gpu_spread, forward_scale=gpu_spread.forward_scale * scale)
+        gpu = dataclasses.replace(hw.gpu, spread=drawn_gpu)
         drawn = dataclasses.replace(cfg, hardware=dataclasses.replace(hw, host=host, gpu=gpu))
         per_engine = {}
         for engine in ("sync", "async"):
@@ -127,7 +129,7 @@ def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
         "seed": spread.seed,
         "between_calls": spread.between_calls,
         "within_run": spread.within_run,
-        "forward_error": cfg.hardware.gpu.forward_error,
+        "forward_error": cfg.hardware.gpu.spread.forward_error,
         "quantiles": list(QUANTILES),
     }
     for engine in ("sync", "async"):

@@ -11,7 +11,7 @@ from conftest import make_config
 
 from cbsim.bands import as_engine, format_bands, predict_bands, scaled_host, speed_factors
 from cbsim.config import ConfigError
-from cbsim.config.hardware import HostCosts, HostSpread
+from cbsim.config.hardware import GpuSpread, HostCosts, HostSpread
 from cbsim.costs import CostModel
 from cbsim.metrics import compute_metrics
 from cbsim.sim import run
@@ -133,7 +133,7 @@ def test_the_forward_error_widens_the_async_band_and_hardly_the_speedup():
     host = dataclasses.replace(cfg.hardware.host, spread=HostSpread(between_calls=0.3, draws=5))
     cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host))
     host_only = predict_bands(cfg)
-    gpu = dataclasses.replace(cfg.hardware.gpu, forward_error=0.05)
+    gpu = dataclasses.replace(cfg.hardware.gpu, spread=GpuSpread(forward_error=0.05))
     both = predict_bands(
         dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, gpu=gpu))
     )
@@ -146,7 +146,7 @@ def test_the_forward_error_widens_the_async_band_and_hardly_the_speedup():
 def test_the_forward_scale_multiplies_every_forward_term():
     cfg = config()
     base = CostModel(cfg)
-    gpu = dataclasses.replace(cfg.hardware.gpu, forward_scale=1.1)
+    gpu = dataclasses.replace(cfg.hardware.gpu, spread=GpuSpread(forward_scale=1.1))
     slow = CostModel(dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, gpu=gpu)))
 
     class Decode:

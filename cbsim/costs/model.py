@@ -247,7 +247,7 @@ class CostModel:
             carry_over_us=self.gpu.carry_over_us if carry_over else 0.0,
             kernels=kernels,
         )
-        scale = self.gpu.forward_scale
+        scale = self.gpu.spread.forward_scale
         if scale != 1.0:  # a band's draw of the forward model's error
             cost.linear_us *= scale
             cost.lm_head_us *= scale
