@@ -22,9 +22,9 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.store import load_config, register_configs
 from cbsim.interrupts import exit_code, interrupts_raise, signal_name
+from cbsim.job_metrics import device_fit, run_metrics
 from cbsim.metrics import (
     MetricInputs,
-    compare_metrics,
     compute_metrics,
     format_table,
     metrics_from,
@@ -71,16 +71,6 @@ def _backend(config: CbsimConfig):
     return run
 
 
-def device_fit(memory: dict[str, Any], config: CbsimConfig) -> dict[str, Any]:
-    """Whether the run fits the device (weights + KV cache + IO buffers + graph pool), from
-    the back end's memory estimate (a trace's otherData.memory)."""
-    return {
-        "fits_device": memory.get("fits_device"),
-        "device_bytes_needed": memory.get("device_bytes_needed"),
-        "device_bytes_available": config.hardware.memory_bytes,
-    }
-
-
 def _run_one(config: CbsimConfig, engine: str, single: bool, run_dir: Path, backend) -> Trace:
     """One engine's trace; an interrupt writes the trace so far as *_partial and goes on up."""
     log.debug("running %s engine in %s mode", engine, config.mode.name)
@@ -101,7 +91,7 @@ def _untraced(
     tables (the same numbers as from its trace, no events built)."""
     result = simulate(config, engine, want_trace=False, config_dict=resolved)
     metrics = metrics_from(MetricInputs(**result.tables))
-    return None, {**metrics, **device_fit(result.memory, config)}
+    return None, {**metrics, **device_fit(result.memory, config.hardware.memory_bytes)}
 
 
 def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -120,14 +110,9 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
             name = trace_name(engine, len(engines) == 1, bool(out.trace_gzip))
             log.debug("trace: %s", write_trace(trace, run_dir / name))
         memory = trace.other_data.get("memory") or {}
-        runs[engine] = (trace, {**compute_metrics(trace), **device_fit(memory, config)})
-    if len(engines) == 1:
-        metrics: dict[str, Any] = {"engine": engines[0], **runs[engines[0]][1]}
-    else:
-        metrics = {e: m for e, (_, m) in runs.items()}
-        metrics["comparison"] = compare_metrics(runs["sync"][1], runs["async"][1])
-        fits = [m["fits_device"] for _, m in runs.values()]
-        metrics["fits_device"] = None if None in fits else all(fits)
+        fit = device_fit(memory, config.hardware.memory_bytes)
+        runs[engine] = (trace, {**compute_metrics(trace), **fit})
+    metrics = run_metrics({e: m for e, (_, m) in runs.items()})
     if out.report:
         from cbsim.report import write_run_report
 

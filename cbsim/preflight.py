@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
+from cbsim.config.schema import RUN_EXTRA_KEYS
 from cbsim.config.store import load_config
 from cbsim.sweep.compose import JobComposer, composed_jobs
 from cbsim.sweep.summary import expected_overrides
@@ -34,13 +35,6 @@ def task_config(cfg: DictConfig) -> DictConfig:
     with read_write(task), open_dict(task):
         task.pop("hydra", None)
     return task
-
-
-# the extra keys task=run reads (calibrate and validate declare theirs in
-# cbsim.validation.tasks.EXTRA_KEYS; profile_kernels checks its own grid)
-RUN_EXTRA_KEYS = {
-    "reported": "the figures the brief reports for this workload (conf/experiment/seed_repro.yaml)",
-}
 
 
 def declared_extra_keys(task: str) -> dict[str, str] | None:

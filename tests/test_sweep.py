@@ -230,6 +230,36 @@ def test_metrics_without_a_trace_are_the_traced_ones(tmp_path):
             assert got["false"][key] == value, key
 
 
+@pytest.mark.slow
+def test_the_grid_sweep_writes_the_multiruns_summary(tmp_path):
+    """python -m cbsim.sweep.grid: the same points, order and numbers as python -m cbsim -m."""
+    from cbsim.sweep.grid import main as grid_main
+
+    grid = [
+        "model=tiny",
+        "engine=sync,async",
+        "workload.batch_size=2,8",
+        "workload.gen_len=16,48",
+        "hardware.gpu.carry_over_us=3,9.5",
+    ]
+    _multirun(tmp_path / "hydra", tmp_path, jobs=grid)
+    assert grid_main([str(tmp_path / "grid"), *grid, "--no-html"]) == 0
+    want, got = (pd.read_csv(tmp_path / d / "summary.csv") for d in ("hydra", "grid"))
+    assert len(got) == 16 and (got["status"] == FINISHED).all()
+    pd.testing.assert_frame_equal(got.drop(columns="dir"), want.drop(columns="dir"), rtol=1e-9)
+    assert len(pd.read_csv(tmp_path / "grid" / "comparison.csv")) == 8
+
+
+def test_a_bad_grid_point_is_one_line_and_nothing_written(tmp_path, capsys):
+    from cbsim.sweep.grid import main as grid_main
+
+    out = tmp_path / "grid"
+    assert grid_main([str(out), "model=tiny", "workload.batch_size=2,0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cbsim: config error: workload.batch_size=0 is out of range; allowed:")
+    assert "in the grid's point" in err and not out.exists()
+
+
 def test_rebuild_from_the_command_line(tmp_path, capsys):
     sweep = make_sweep(
         tmp_path / "sw", ["engine=sync,async", "workload.batch_size=8", "workload.gen_len=1024"]

@@ -27,6 +27,12 @@ DTYPES = ("bfloat16", "float16", "float32")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")
 ARRIVALS = ("offline", "poisson")
 STREAM_MODES = ("three", "default")
+# the extra keys task=run reads, each with what it does (calibrate and validate declare theirs
+# in cbsim.validation.tasks.EXTRA_KEYS, capacity in cbsim.capacity.EXTRA_KEYS; profile_kernels
+# checks its own grid; cbsim.preflight refuses any other)
+RUN_EXTRA_KEYS = {
+    "reported": "the figures the brief reports for this workload (conf/experiment/seed_repro.yaml)",
+}
 
 
 @dataclass

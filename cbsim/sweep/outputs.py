@@ -42,7 +42,14 @@ def write_summary(
 ) -> SweepResult:
     """summary.csv, comparison.csv and (html=True) sweep.html in the sweep directory."""
     sweep_dir = Path(sweep_dir)
-    jobs = collect_jobs(sweep_dir, multirun_cfg)
+    return write_tables(sweep_dir, collect_jobs(sweep_dir, multirun_cfg), html, min_speedup)
+
+
+def write_tables(
+    sweep_dir: Path, jobs: list[Job], html: bool = True, min_speedup: float = 1.05
+) -> SweepResult:
+    """The sweep's files from its jobs (found on disk, or simulated in one process by the grid
+    sweep)."""
     summary = write_csv(summary_frame(jobs, sweep_dir), sweep_dir / SUMMARY_FILE)
     comp = comparison_frame(jobs)
     comparison = write_csv(comp, sweep_dir / COMPARISON_FILE)

@@ -1,0 +1,74 @@
+"""Dotted values set on a built config (``workload.batch_size=8``) without composing it again.
+
+For a grid of thousands of points that differ only in values: each changed node is rebuilt
+with ``dataclasses.replace``, so its ``__post_init__`` checks run as they do when Hydra builds
+it, the value is coerced as OmegaConf would (an int for a float field, nothing else across
+types), and every number is then checked for its range (cbsim.config.ranges).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any
+
+from cbsim.config.errors import ConfigError
+from cbsim.config.ranges import check_numbers
+from cbsim.config.schema import CbsimConfig
+
+
+def _nest(values: dict[str, Any]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for key, value in values.items():
+        *path, leaf = key.split(".")
+        node = tree
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
+
+
+def coerce(key: str, value: Any, kind: Any) -> Any:
+    """``value`` as field type ``kind`` takes it, or a ConfigError naming what is allowed."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        kind = next(a for a in args if a is not type(None))
+        args = typing.get_args(kind)
+    if typing.get_origin(kind) is list and isinstance(value, list):
+        return [coerce(key, v, args[0] if args else Any) for v in value]
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if kind is Any or (isinstance(kind, type) and type(value) is kind):
+        return value
+    name = getattr(kind, "__name__", str(kind))
+    raise ConfigError(f"{key}={value} has the wrong type; allowed: a value of type {name}")
+
+
+def _rebuild(node: Any, changes: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(type(node))
+    names = {f.name for f in dataclasses.fields(node)}
+    kwargs = {}
+    for name, change in changes.items():
+        key = f"{prefix}{name}"
+        if name not in names:
+            raise ConfigError(f"{key} is not a key here; allowed: {', '.join(sorted(names))}")
+        current = getattr(node, name)
+        if dataclasses.is_dataclass(current) and isinstance(change, dict):
+            kwargs[name] = _rebuild(current, change, f"{key}.")
+        else:
+            kwargs[name] = coerce(key, change, hints[name])
+    return dataclasses.replace(node, **kwargs)
+
+
+def replace_values(config: CbsimConfig, values: dict[str, Any]) -> CbsimConfig:
+    """``config`` with each dotted key set to its value, every check run again."""
+    if not values:
+        return config
+    out = _rebuild(config, _nest(values), "")
+    check_numbers(out)
+    return out
