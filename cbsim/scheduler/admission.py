@@ -86,3 +86,18 @@ class Admission:
             budget -= qi
             n_run += 1
         return adm, adm_q
+
+    def check_stuck(self, now_s: float, max_batch_tokens: int) -> None:
+        """Nothing was scheduled and nothing runs or is in flight: a head that has arrived can
+        never be admitted (a bug, or a request larger than the cache)."""
+        if not self.waiting:
+            return
+        i = self.waiting[0]
+        t = self.table
+        if t.arrival[i] > now_s:
+            return
+        raise RuntimeError(
+            f"scheduler stuck: request {int(t.rid[i])} (prompt {int(t.plen[i])}, "
+            f"{int(t.nsched[i])} outputs) cannot be admitted with {self.blocks.kv.num_free} free "
+            f"KV blocks and a budget of {max_batch_tokens} tokens"
+        )

@@ -10,21 +10,38 @@ steady steps at once for a caller that needs no batch of them (the simulator's f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from cbsim.kv_blocks import KVBlockManager
+from cbsim.scheduler.admission import Admission
 from cbsim.scheduler.batch import _EMPTY_I64, Batch, _frozen
-from cbsim.scheduler.table import DRAINING
+from cbsim.scheduler.blocks import BlockTables
+from cbsim.scheduler.table import DRAINING, RequestTable
+from cbsim.scheduler.update import TokenUpdate
 
-if TYPE_CHECKING:
-    from cbsim.scheduler.scheduler import Scheduler
+
+class Owner(Protocol):
+    """What steady decode reads and moves of the scheduler that composes it."""
+
+    run: np.ndarray  # the running queue
+    step: int  # step of the next batch
+    draining: int
+    batch_size: int
+    max_batch_tokens: int
+    block_size: int
+    kv: KVBlockManager
+    table: RequestTable
+    blocks: BlockTables
+    admission: Admission
+    updates: TokenUpdate
 
 
 class SteadyDecode:
     """The steady-decode state and fast path of one Scheduler."""
 
-    def __init__(self, sched: Scheduler) -> None:
+    def __init__(self, sched: Owner) -> None:
         self.s = sched
         self.table, self.blocks = sched.table, sched.blocks
         self.active = False  # the next schedule() may take the fast path

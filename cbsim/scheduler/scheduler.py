@@ -1,10 +1,8 @@
 """``Scheduler``: the continuous-batching policy, composed of parts that each own their state.
 
-- the request table (table.py): one row per request, its prompt and outputs;
-- the block tables (blocks.py) over the KV block manager (cbsim/kv_blocks.py);
-- admission (admission.py): the waiting queue, FIFO;
-- steady decode (decode.py): the fast path while the same requests decode;
-- token update (update.py): tokens in, finished requests out, in step order.
+the request table (table.py: rows, prompts, outputs), the block tables (blocks.py, over
+cbsim/kv_blocks.py), admission (admission.py: the waiting queue), steady decode (decode.py: the
+fast path) and token update (update.py: tokens in, finished requests out, in step order).
 
 This file owns what ties them together: the running queue (admission order), the step counter,
 the requests awaiting their last update, and ``schedule``'s general path: running requests first,
@@ -225,7 +223,8 @@ class Scheduler:
             idx = run_sel
         if idx.size == 0:
             self.run = run
-            self._check_stuck(now_s)
+            if not (run.size or self.draining or self.updates.next_step != self.step):
+                self.admission.check_stuck(now_s, self.max_batch_tokens)  # nothing in flight
             return None
         return self._commit(idx, q, run)
 
@@ -399,21 +398,3 @@ class Scheduler:
         t.finish[i] = step
         t.reason[i] = reason
         self.unfinished -= 1
-
-    def _check_stuck(self, now_s: float) -> None:
-        """Nothing scheduled, nothing running or in flight, and the head has arrived: the head
-        can never run (a bug, or a request larger than the cache)."""
-        if self.run.size or self.draining or self.updates.next_step != self.step:
-            return
-        waiting = self.admission.waiting
-        if not waiting:
-            return
-        i = waiting[0]
-        t = self.table
-        if t.arrival[i] > now_s:
-            return
-        raise RuntimeError(
-            f"scheduler stuck: request {int(t.rid[i])} (prompt {int(t.plen[i])}, "
-            f"{int(t.nsched[i])} outputs) cannot be admitted with {self.kv.num_free} free "
-            f"KV blocks and a budget of {self.max_batch_tokens} tokens"
-        )

@@ -13,18 +13,13 @@ launch.py; ``hand_over`` leaves scheduler, streams, IO slots and counters as ste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from cbsim.sim.launch import Launched
+from cbsim.sim.host_state import HostState, Launched
+from cbsim.sim.stretch import StretchCosts
 from cbsim.sim.stretch_loop import run_stretch
 from cbsim.sim.stretch_record import count, record
 from cbsim.sim.stretch_state import hand_over
-
-if TYPE_CHECKING:
-    from cbsim.sim.host_phases import HostPhases
 
 MIN_STEPS = 8  # fewer are stepped: the set-up would cost more than it saves
 MAX_STEPS = 4096  # per stretch (the costs are computed for this many steps at most)
@@ -47,23 +42,7 @@ class DecodeProbe:
         return self.num_requests
 
 
-@dataclass
-class StretchCosts:
-    """Per step of a stretch (lists of Python numbers, step order)."""
-
-    kv_tokens: list[int]  # of the batch launched at each step
-    schedule: list[float]
-    prepare: list[float]
-    update: list[float]  # of the batch updated at each step (async: the one before)
-    h2d: list[float]
-    h2d_bytes: list[int]
-    stage: list[float]  # launch_per_block_us x the batch's block-table entries
-    forward: list[float]
-    opened: np.ndarray  # KV blocks each step's schedule opens
-    last_forward: object  # the ForwardCost of the last step (for its Launched)
-
-
-def clean_engine(host: HostPhases, n: int) -> bool:
+def clean_engine(host: HostState, n: int) -> bool:
     """The engine settings under which a steady step's work is the same every step."""
     eng, costs = host.engine, host.costs
     depth = host.launch_queue.depth
@@ -81,7 +60,7 @@ def clean_engine(host: HostPhases, n: int) -> bool:
     )
 
 
-def plan(host: HostPhases, inflight: Launched | None) -> tuple[int, float]:
+def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
     """(steps to fast-forward, the arrival that ends the stretch; inf: none) or (0, inf)."""
     sched = host.sched
     if not host.fast_forward_on or not sched.decode.active:
@@ -110,7 +89,7 @@ def plan(host: HostPhases, inflight: Launched | None) -> tuple[int, float]:
     return (k, admit_at) if k >= MIN_STEPS else (0, float("inf"))
 
 
-def costs_of(host: HostPhases, k: int, carry: bool, kv_first_update: int) -> StretchCosts | None:
+def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> StretchCosts | None:
     """The costs of the next ``k`` steady steps (None: the vectorised forward does not match
     CostModel.forward, so step instead)."""
     costs, sched, hc = host.costs, host.sched, host.costs.host
@@ -145,7 +124,7 @@ def _phase(values, k: int) -> list[float]:
     return arr.tolist() if arr.ndim else [float(arr)] * k
 
 
-def _forward_us(host: HostPhases, ctx0: np.ndarray, k: int, carry: bool):
+def _forward_us(host: HostState, ctx0: np.ndarray, k: int, carry: bool):
     """Each step's forward on the stream: the steps' only varying term, attention over the
     growing contexts, vectorised; the rest as CostModel.forward gives it for the first step.
     Both ends are checked against CostModel.forward itself."""
@@ -171,7 +150,7 @@ def _forward_us(host: HostPhases, ctx0: np.ndarray, k: int, carry: bool):
     return total.tolist(), last
 
 
-def fast_forward(host: HostPhases, inflight: Launched | None):
+def fast_forward(host: HostState, inflight: Launched | None):
     """A SimPy phase: fast-forward the steady steps ahead, if any (one timeout for all of
     them); returns the batch in flight after them (async) or ``inflight`` unchanged."""
     k, admit_at = plan(host, inflight)

@@ -8,73 +8,23 @@ one the runtime drives, built by cbsim.run_setup as the runtime's is.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import numpy as np
 import simpy
 
-from cbsim.config.schema import CbsimConfig
-from cbsim.run_setup import RunSetup
 from cbsim.scheduler import Batch
-from cbsim.sim.clock import Clock
 from cbsim.sim.fast_forward import fast_forward
-from cbsim.sim.io_slots import IOSlot, SlotTracker
-from cbsim.sim.launch import Launched, StepPlan, enqueue_step, plan_step
-from cbsim.sim.recorder import Recorder
-from cbsim.sim.streams import Device, LaunchQueue, Op, happens_before
-from cbsim.sim.tokens import Sampler
-from cbsim.trace import NO_BATCH, TraceBuilder, batch_args
+from cbsim.sim.host_state import HostState, Launched
+from cbsim.sim.io_slots import IOSlot
+from cbsim.sim.launch import StepPlan, enqueue_step, plan_step
+from cbsim.sim.streams import Op, happens_before
+from cbsim.trace import NO_BATCH, batch_args
 from cbsim.trace import schema as S
 
 
-class HazardLog(Counter):
-    """Hazards by kind, each also recorded (kept off HostPhases: no reference cycle holds the
-    trace alive after the run)."""
-
-    def __init__(self, rec: Recorder) -> None:
-        super().__init__()
-        self.rec = rec
-
-    def __call__(self, kind: str, lane: str, ts: float, step: int, slot: int, detail: str) -> None:
-        self.rec.hazard(lane, ts, kind, step, slot, detail)
-        self[kind] += 1
-
-
-class HostPhases:
-    """One simulated run's host thread: scheduler, cost model, device (streams), IO slots,
-    trace and counters, and the phases that use them."""
-
-    def __init__(self, config: CbsimConfig, setup: RunSetup, trace: TraceBuilder | None) -> None:
-        self.config, self.engine, self.trace = config, setup.engine, trace
-        self.env = Clock()
-        w = config.workload
-        self.requests = setup.requests
-        self.costs = setup.costs
-        self.sampler = Sampler(self.requests, w.ignore_eos, config.model.vocab_size, w.batch_size)
-        self.sched = setup.scheduler
-        self.device = Device(self.engine.streams)
-        self.launch_queue = LaunchQueue(config.hardware.gpu.launch_queue_depth)
-        self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
-        self._last_counters: dict[str, int] = {}
-        self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
-        self._admitted: set[int] = set()  # rids whose "scheduled" instant is written
-        self.hazards = HazardLog(self.rec)
-        self.slots = SlotTracker(setup.io_slots, self.hazards)
-        self.launches = 0
-        self.last_updated: Launched | None = None
-        self.host_us: Counter[str] = Counter()
-        self.lane_busy_us: Counter[str] = Counter()
-        self.n = Counter()  # steps, tokens, blocks, graph/eager steps, ...
-        self.fast_forward_on = True  # steady stretches at once (fast_forward.py)
-        for a in setup.arrivals:
-            self.rec.request_event(
-                S.ARRIVAL,
-                a.arrival_s * 1e6,
-                a.rid,
-                prompt_len=a.prompt_len,
-                max_new_tokens=a.max_new_tokens,
-            )
+class HostPhases(HostState):
+    """The host thread's phases (host_state.py holds what they change)."""
 
     # ---- helpers ---------------------------------------------------------------------------
     def _phase(self, name: str, dur: float, args: dict[str, Any]) -> simpy.Timeout:
@@ -88,9 +38,6 @@ class HostPhases:
     ) -> None:
         self.rec.span(lane, name, start, dur, args)
         self.lane_busy_us[lane] += dur
-
-    def next_slot(self) -> IOSlot:
-        return self.slots.slot_for(self.launches)
 
     # ---- host phases -----------------------------------------------------------------------
     def steady_stretch(self, inflight: Launched | None):

@@ -9,18 +9,15 @@ Both only compute: the host phase that calls them (host_phases.py) writes the sp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cbsim.costs import ForwardCost
 from cbsim.scheduler import Batch
+from cbsim.sim.host_state import HostState, Launched
 from cbsim.sim.io_slots import IOSlot
 from cbsim.sim.streams import CudaEvent, Op
 from cbsim.trace import schema as S
-
-if TYPE_CHECKING:
-    from cbsim.sim.host_phases import HostPhases
 
 
 @dataclass(slots=True)
@@ -36,22 +33,7 @@ class StepPlan:
     d2h_bytes: int
 
 
-@dataclass(slots=True)
-class Launched:
-    """A batch on the GPU: its slot, its three stream ops and the event the host waits on."""
-
-    batch: Batch
-    slot: IOSlot
-    args: dict[str, Any]
-    h2d: Op
-    compute: Op
-    d2h: Op
-    d2h_done: CudaEvent
-    forward_args: dict[str, Any]  # the forward span's args: new_tokens is settled in update
-    step: int
-
-
-def plan_step(host: HostPhases, batch: Batch, prev: Launched | None) -> StepPlan:
+def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
     """Graph or eager, carry-over or not, and the forward's cost."""
     costs, eng = host.costs, host.engine
     carry = bool(
@@ -78,7 +60,7 @@ def plan_step(host: HostPhases, batch: Batch, prev: Launched | None) -> StepPlan
 
 
 def enqueue_step(
-    host: HostPhases, batch: Batch, slot: IOSlot, prev: Launched | None, plan: StepPlan
+    host: HostState, batch: Batch, slot: IOSlot, prev: Launched | None, plan: StepPlan
 ) -> tuple[Op, Op, Op, CudaEvent, float, float]:
     """Enqueue the step's three operations from host time ``host.env.now``; returns them, the
     D2H event, the forward's duration on the stream and the host time the launch ends."""

@@ -9,50 +9,59 @@ the stream's tail and the event it waits on), so the times are bit-identical. Th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from cbsim.sim.fast_forward import StretchCosts
-    from cbsim.sim.host_phases import HostPhases
+from cbsim.sim.host_state import HostState
+from cbsim.sim.stretch import StretchCosts, Timeline
 
 
-@dataclass
-class Timeline:
-    """What each step of the stretch did, in step order (microseconds)."""
+class GraphLaunch:
+    """launch.py's enqueue of one graph-replayed step (H2D; compute waiting on h2d_done, idle
+    slowdown applied; D2H waiting on compute_done), as plain float arithmetic."""
 
-    sched: list[float] = field(default_factory=list)  # schedule starts
-    prep: list[float] = field(default_factory=list)
-    launch: list[float] = field(default_factory=list)
-    launch_dur: list[float] = field(default_factory=list)
-    wait: list[float] = field(default_factory=list)
-    wait_dur: list[float] = field(default_factory=list)
-    update: list[float] = field(default_factory=list)
-    update_dur: list[float] = field(default_factory=list)  # update cost + stall
-    stall: list[float] = field(default_factory=list)
-    h2d: list[tuple[float, float]] = field(default_factory=list)  # (start, end)
-    compute: list[tuple[float, float]] = field(default_factory=list)
-    forward: list[float] = field(default_factory=list)  # busy time on the stream
-    d2h: list[tuple[float, float]] = field(default_factory=list)
-    now: float = 0.0  # the host's clock after the stretch
+    def __init__(self, host: HostState) -> None:
+        costs, hc = host.costs, host.costs.host
+        self.ev, self.cl, self.gl = hc.event_us, hc.copy_launch_us, hc.graph_launch_us
+        self.evcl = hc.event_us + hc.copy_launch_us
+        self.d2h_us = costs.d2h_us(costs.d2h_bytes(int(host.sched.run.size)))
+        self.slowdown = costs.idle_slowdown
 
-    @property
-    def steps(self) -> int:
-        return len(self.sched)
-
-    def truncate(self, k: int) -> None:
-        """Keep the first ``k`` steps (the clock after them)."""
-        if k == self.steps:
-            return
-        self.now = self.sched[k]  # where the first dropped step would have started
-        for name in ("sched", "prep", "launch", "launch_dur", "wait", "wait_dur", "update"):
-            del getattr(self, name)[k:]
-        for name in ("update_dur", "stall", "h2d", "compute", "forward", "d2h"):
-            del getattr(self, name)[k:]
+    def enqueue(
+        self, now: float, stage: float, h2d_us: float, fwd: float, tails: list[float]
+    ) -> tuple[float, float, float, float, float]:
+        """From host time ``now``, with the streams' ``tails`` [h2d, compute, d2h] (updated):
+        (h2d start, compute start, forward busy time, d2h start, host time after)."""
+        ev = self.ev
+        h_tail, c_tail, d_tail = tails
+        t = now + stage + self.cl
+        h_start = t if t > h_tail else h_tail
+        h_tail = h_start + h2d_us
+        t += ev
+        t += ev
+        if self.slowdown:
+            begin = max(t + self.gl, c_tail)
+            if h_tail > begin:
+                begin = h_tail
+            idle = begin - c_tail
+            slow = self.slowdown * idle if idle > 0 else 0.0
+            if slow:
+                fwd += slow
+        t += self.gl
+        c_start = t if t > c_tail else c_tail
+        if h_tail > c_start:
+            c_start = h_tail
+        c_tail = c_start + fwd
+        t += ev
+        t += self.evcl
+        d_start = t if t > d_tail else d_tail
+        if c_tail > d_start:
+            d_start = c_tail
+        d_tail = d_start + self.d2h_us
+        t += ev
+        tails[0], tails[1], tails[2] = h_tail, c_tail, d_tail
+        return h_start, c_start, fwd, d_start, t
 
 
 def run_stretch(
-    host: HostPhases,
+    host: HostState,
     k: int,
     c: StretchCosts,
     first_wait: float | None,
@@ -64,11 +73,9 @@ def run_stretch(
     time (async; each later wait is on the batch the iteration before launched), None for the
     sync loop (each iteration waits on its own batch)."""
     costs, hc, dev = host.costs, host.costs.host, host.device
-    ev, cl, gl, wake = hc.event_us, hc.copy_launch_us, hc.graph_launch_us, hc.sync_wake_us
-    evcl = hc.event_us + hc.copy_launch_us
-    d2h_us = costs.d2h_us(costs.d2h_bytes(int(host.sched.run.size)))
-    slowdown = costs.idle_slowdown
-    h_tail, c_tail, d_tail = dev.h2d.tail, dev.compute.tail, dev.d2h.tail
+    ev, wake = hc.event_us, hc.sync_wake_us
+    launch = GraphLaunch(host)
+    tails = [dev.h2d.tail, dev.compute.tail, dev.d2h.tail]
     tl = Timeline()
     now = host.env.now
     pending = first_wait  # the D2H the next wait blocks on (async)
@@ -79,44 +86,19 @@ def run_stretch(
         now += c.schedule[j]
         tl.prep.append(now)
         now += c.prepare[j]
-        # launch: H2D, compute (graph replay) waiting on h2d_done, D2H waiting on compute_done
-        launch0 = now
-        t = now + c.stage[j] + cl
-        h_start = t if t > h_tail else h_tail
-        h_tail = h_start + c.h2d[j]
-        t += ev
-        t += ev
-        fwd = c.forward[j]
-        if slowdown:
-            begin = max(t + gl, c_tail)
-            if h_tail > begin:
-                begin = h_tail
-            idle = begin - c_tail
-            slow = slowdown * idle if idle > 0 else 0.0
-            if slow:
-                fwd += slow
-        t += gl
-        c_start = t if t > c_tail else c_tail
-        if h_tail > c_start:
-            c_start = h_tail
-        c_tail = c_start + fwd
-        t += ev
-        t += evcl
-        d_start = t if t > d_tail else d_tail
-        if c_tail > d_start:
-            d_start = c_tail
-        d_tail = d_start + d2h_us
-        t += ev
-        tl.h2d.append((h_start, h_tail))
-        tl.compute.append((c_start, c_tail))
+        h_start, c_start, fwd, d_start, t = launch.enqueue(
+            now, c.stage[j], c.h2d[j], c.forward[j], tails
+        )
+        tl.h2d.append((h_start, tails[0]))
+        tl.compute.append((c_start, tails[1]))
         tl.forward.append(fwd)
-        tl.d2h.append((d_start, d_tail))
-        tl.launch.append(launch0)
-        tl.launch_dur.append(t - launch0)
-        now = launch0 + (t - launch0)
+        tl.d2h.append((d_start, tails[2]))
+        tl.launch.append(now)
+        tl.launch_dur.append(t - now)
+        now = now + (t - now)
         # wait: the one block per step, on the D2H of the batch it updates
-        target = d_tail if pending is None else pending
-        pending = None if first_wait is None else d_tail
+        target = tails[2] if pending is None else pending
+        pending = None if first_wait is None else tails[2]
         blocked = target - now
         dur = blocked + wake if blocked > 0 else ev
         tl.wait.append(now)

@@ -7,16 +7,13 @@ stretch to the host's counters with the same additions, in the same order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from cbsim.sim.host_state import HostState
+from cbsim.sim.stretch import StretchCosts, Timeline
 from cbsim.trace import schema as S
-
-if TYPE_CHECKING:
-    from cbsim.sim.fast_forward import StretchCosts
-    from cbsim.sim.host_phases import HostPhases
-    from cbsim.sim.stretch_loop import Timeline
 
 
 def step_args(step: int, slot: int, n: int, kv_tokens: int) -> dict[str, Any]:
@@ -32,7 +29,7 @@ def step_args(step: int, slot: int, n: int, kv_tokens: int) -> dict[str, Any]:
 
 
 def record(
-    host: HostPhases,
+    host: HostState,
     tl: Timeline,
     c: StretchCosts,
     step0: int,
@@ -82,7 +79,7 @@ def record(
 
 
 def _columns(
-    host: HostPhases, tl: Timeline, c: StretchCosts, step0: int, first_args: dict | None
+    host: HostState, tl: Timeline, c: StretchCosts, step0: int, first_args: dict | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``record`` without a trace: the spans' columns at once (metrics read no order), the
     counter samples counted; the last step's args built as ``record`` builds them."""
@@ -128,7 +125,7 @@ def _columns(
 
 
 def _launch_spans(
-    host: HostPhases, tl: Timeline, j: int, args: dict, carry: bool, h2d_bytes: int, d2h_bytes: int
+    host: HostState, tl: Timeline, j: int, args: dict, carry: bool, h2d_bytes: int, d2h_bytes: int
 ) -> dict[str, Any]:
     """The step's three GPU spans (launch.py's order and args); returns the forward's args."""
     rec = host.rec
@@ -149,7 +146,7 @@ def _launch_spans(
     return fwd_args
 
 
-def count(host: HostPhases, tl: Timeline, c: StretchCosts, carry: bool) -> None:
+def count(host: HostState, tl: Timeline, c: StretchCosts, carry: bool) -> None:
     """Add the stretch to the host's counters (each sum in step order, as stepping adds)."""
     n, hu, lb = host.n, host.host_us, host.lane_busy_us
     dev = host.device

@@ -9,20 +9,17 @@ component, every stream's op count and every step number in the IO slots' access
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cbsim.sim.launch import Launched
+from cbsim.sim.host_state import HostState, Launched
 from cbsim.sim.streams import CudaEvent, Op
+from cbsim.sim.stretch import Timeline
 from cbsim.sim.tokens import KEEP_TOKEN
 from cbsim.trace import schema as S
 
-if TYPE_CHECKING:
-    from cbsim.sim.host_phases import HostPhases
-    from cbsim.sim.stretch_loop import Timeline
-
 
 def hand_over(
-    host: HostPhases,
+    host: HostState,
     tl: Timeline,
     inflight: Launched | None,
     step0: int,
@@ -68,7 +65,7 @@ def hand_over(
     )
 
 
-def _advance_scheduler(host: HostPhases, tl: Timeline, inflight: Launched | None, k: int):
+def _advance_scheduler(host: HostState, tl: Timeline, inflight: Launched | None, k: int):
     """Schedules and updates of the stretch; the async loop's batch in flight is built for
     real (the next update and the carry-over read it)."""
     sched, sampler = host.sched, host.sampler
@@ -96,7 +93,7 @@ def _advance_scheduler(host: HostPhases, tl: Timeline, inflight: Launched | None
 class _Shift:
     """An op of step ``st`` before the stretch -> the same op of step ``st + k``."""
 
-    def __init__(self, host: HostPhases, tl: Timeline, k: int, step0: int) -> None:
+    def __init__(self, host: HostState, tl: Timeline, k: int, step0: int) -> None:
         self.tl, self.k, self.step0 = tl, k, step0
         self.compute = host.device.compute.index
         self.done: dict[int, Op] = {}
