@@ -65,7 +65,13 @@ def test_online_report_has_the_serving_section(online_runs, tmp_path):
     assert [a.text for a in cdf.layout.annotations][0].startswith("TTFT")
     assert {t.name for t in cdf.data} == {"sync", "async"} and len(cdf.data) == 8
     queue = queue_figure({e: t for e, (t, _) in runs.items()})
-    assert {t.name for t in queue.data} >= {"sync: waiting", "async: running"}
+    assert {t.name for t in queue.data} >= {"sync: queued", "async: running"}
+    from cbsim.report.serving import queue_curve
+
+    for trace, m in runs.values():
+        ms, queued = queue_curve(trace)
+        assert queued.min() >= 0 and queued[-1] == 0  # every arrival got its first token
+        assert queued.max() <= m["requests_finished"]
     html = write_run_report(runs, config, tmp_path / "report.html").read_text()
     for label in ("Median TTFT (ms)", "P99 ITL (ms)", "Mean E2EL (ms)", "Request throughput"):
         assert label in html

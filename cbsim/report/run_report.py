@@ -201,7 +201,11 @@ def serving_section(
     page.figure(cdf_figure({e: serving_values(t) for e, t in traces.items()}), "latency_cdf")
     queue = queue_figure(traces)
     if queue is not None:
-        page.para("The scheduler's queue: requests waiting (solid) and running (dotted).", "note")
+        page.para(
+            "The queue: requests that arrived and have no first token yet (solid: what every "
+            "TTFT waits in) and requests running in the batch (dotted).",
+            "note",
+        )
         page.figure(queue, "queue")
 
 

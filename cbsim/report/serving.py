@@ -139,39 +139,53 @@ def cdf_figure(values: dict[str, dict[str, np.ndarray]]) -> go.Figure:
     return fig
 
 
+def queue_curve(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(ms since the run's start, requests arrived and still without their first token): the
+    queue every TTFT waits in, counted from the request events alone."""
+    inp = inputs_from_trace(trace)
+    req = request_table(inp.instants)
+    start, _ = time_range(inp)
+    arrive = req[S.ARRIVAL].dropna().to_numpy(float)
+    first = req[S.FIRST_TOKEN].dropna().to_numpy(float)
+    t = np.concatenate([arrive, first])
+    step = np.concatenate([np.ones(len(arrive)), -np.ones(len(first))])
+    order = np.argsort(t, kind="stable")
+    return (t[order] - start) / 1e3, np.cumsum(step[order])
+
+
+def running_curve(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ms, running requests) from the scheduler's counter track, when it has one."""
+    c = trace.counters
+    if c.empty or "running" not in c:
+        return None
+    c = c[c["name"] == S.SCHEDULER_COUNTER].sort_values("ts")
+    start, _ = time_range(inputs_from_trace(trace))
+    return (c["ts"].to_numpy(float) - start) / 1e3, c["running"].to_numpy(float)
+
+
 def queue_figure(traces: dict[str, Trace]) -> go.Figure | None:
-    """Waiting and running requests over time per engine (the scheduler counter track)."""
-    fig = go.Figure()
-    longest = 0.0
-    curves = []
-    for engine, t in traces.items():
-        c = t.counters
-        if c.empty or "waiting" not in c:
-            continue
-        c = c[c["name"] == S.SCHEDULER_COUNTER].sort_values("ts")
-        if c.empty:
-            continue
-        t0 = float(min(t.spans["ts"].min(), c["ts"].min())) if not t.spans.empty else 0.0
-        ms = (c["ts"].to_numpy(float) - t0) / 1e3
-        longest = max(longest, float(ms.max()))
-        curves.append((engine, ms, c))
+    """Per engine: requests queued (arrived, no first token yet) and running, over time."""
+    curves = {e: (queue_curve(t), running_curve(t)) for e, t in traces.items()}
+    curves = {e: c for e, c in curves.items() if len(c[0][0])}
     if not curves:
         return None
-    unit, name = time_unit(longest)
-    for engine, ms, c in curves:
-        keep = slice(None, None, max(1, len(ms) // QUEUE_POINTS))
+    unit, name = time_unit(max(float(q[0].max()) for q, _ in curves.values()))
+    fig = go.Figure()
+    for engine, (queue, running) in curves.items():
         color = ENGINE_COLORS.get(engine, "#2ca02c")
-        for col, dash in (("waiting", "solid"), ("running", "dot")):
-            if col not in c:
+        for label, curve, dash in (("queued", queue, "solid"), ("running", running, "dot")):
+            if curve is None:
                 continue
+            ms, n = curve
+            keep = slice(None, None, max(1, len(ms) // QUEUE_POINTS))
             fig.add_trace(
                 go.Scatter(
                     x=ms[keep] / unit,
-                    y=c[col].to_numpy(float)[keep],
+                    y=n[keep],
                     mode="lines",
                     line=dict(color=color, dash=dash, shape="hv"),
-                    name=f"{engine}: {col}",
-                    hovertemplate=f"%{{y:.0f}} {col}<extra>{engine}</extra>",
+                    name=f"{engine}: {label}",
+                    hovertemplate=f"%{{y:.0f}} {label}<extra>{engine}</extra>",
                 )
             )
     fig.update_layout(
