@@ -119,6 +119,9 @@ def test_help_lists_groups(tmp_path):
     assert result.returncode == 0
     for group in ("mode", "model", "hardware", "engine", "workload"):
         assert group in result.stdout
+    groups = result.stdout.split("== Config groups ==")[1].split("== Config ==")[0]
+    assert "engine: async, compare, sync" in groups and "+experiment: " in groups
+    assert "_schema" not in groups, "only options a user can choose"
 
 
 def test_compose_keeps_overrides():
