@@ -241,3 +241,10 @@ def test_bands_show_as_a_table_when_given_or_recorded(tmp_path):
     assert "<td>sync GPU idle</td><td>20.00%</td><td>21.00%</td><td>25.00%</td>" in html
     runs["sync"][0].other_data["bands"] = bands
     assert "host-speed draws" in write_run_report(runs, cfg, tmp_path / "b.html").read_text()
+
+
+def test_detail_windows_of_a_long_run_are_in_seconds():
+    long = [run_frames("sync", loop_trace("sync", 8192))]
+    fig = detail_figure(long)
+    assert fig.layout.xaxis.title.text == "s"
+    assert fig.layout.xaxis2.range[1] < long[0].total_ms / 1e3  # the steady window, in s

@@ -202,20 +202,21 @@ def detail_figure(runs: list[RunFrames]) -> go.Figure | None:
         vertical_spacing=0.16 if len(runs) > 1 else 0.1,
     )
     shown: set[str] = set()
+    unit, unit_name = overview_unit(runs)  # a long run's windows in s, not "108.65k" ms
     for i, (run, wins) in enumerate(zip(runs, per_run), start=1):
         ys = row_y(run.rows)
         for j, (_, t0, t1) in enumerate(wins, start=1):
             sp = run.spans[(run.spans["end_ms"] >= t0) & (run.spans["ts_ms"] <= t1)]
             for name, g in sp.groupby("name", sort=False):
-                _add_bars(fig, i, j, g, ys, str(name), run.engine, shown)
+                _add_bars(fig, i, j, g, ys, str(name), run.engine, shown, unit)
             idle = run.idle[(run.idle["end_ms"] >= t0) & (run.idle["ts_ms"] <= t1)]
             if len(idle) and IDLE_ROW in ys:
-                _add_bars(fig, i, j, _idle_spans(idle), ys, IDLE_ROW, run.engine, shown)
-            fig.update_xaxes(range=[t0, t1], row=i, col=j)
+                _add_bars(fig, i, j, _idle_spans(idle), ys, IDLE_ROW, run.engine, shown, unit)
+            fig.update_xaxes(range=[t0 / unit, t1 / unit], row=i, col=j)
             yaxis(fig, run.rows, i, j)
             if j > 1:
                 fig.update_yaxes(showticklabels=False, row=i, col=j)
-    fig.update_xaxes(title_text="ms", row=len(runs))
+    fig.update_xaxes(title_text=unit_name, row=len(runs))
     fig.update_layout(
         barmode="overlay",
         bargap=0.25,
