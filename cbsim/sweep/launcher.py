@@ -25,6 +25,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from cbsim.interrupts import interrupts_raise
 from cbsim.sweep.compose import JobComposer, composed_jobs
 from cbsim.sweep.progress import update_bar
 
@@ -121,12 +122,16 @@ class BatchedLauncher(Launcher):
             for i, ov in enumerate(job_overrides)
         ]
         done: dict[int, JobReturn] = {}
+        with interrupts_raise():  # SIGTERM ends the sweep as Ctrl-C does: one line, 143
+            self._run(jobs, done)
+        return [done[idx] for idx, _ in jobs]
+
+    def _run(self, jobs: list[tuple[int, DictConfig]], done: dict[int, JobReturn]) -> None:
         if self._workers() == 1:
             # the bar moves in the sweep callback's on_job_end, which runs in this process
             done.update(run_batch(jobs, self.hydra_context, self.task_function))
         else:
             self._in_workers(jobs, done)
-        return [done[idx] for idx, _ in jobs]
 
     def _workers(self) -> int:
         if self.n_jobs == 1:
