@@ -208,12 +208,22 @@ class SteadyDecode:
         if k <= 0:
             return 0, admit_at
         # blocks: steps until the running rows' new blocks outgrow the free ones
-        need = self._opened(k)
-        total = np.cumsum(need)
-        over = np.flatnonzero(total > s.kv.num_free)
-        if over.size:
-            k = int(over[0])
+        room = t.nblk[run] * s.block_size - self.ctx  # steps until each row's next block
+        free = s.kv.num_free
+        if self._opened_through(room, k - 1) > free:
+            lo, hi = 0, k - 1  # the first step whose schedule would preempt lies in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._opened_through(room, mid) > free:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            k = lo
         return k, admit_at
+
+    def _opened_through(self, room: np.ndarray, j: int) -> int:
+        """Blocks the steady steps 0..j open in all (``room``: steps until each row's next)."""
+        return int(np.maximum(0, (j - room) // self.s.block_size + 1).sum())
 
     def _opened(self, k: int) -> np.ndarray:
         """Blocks each of the next ``k`` steady steps opens (int64, one entry per step)."""

@@ -23,6 +23,8 @@ from cbsim.sim.stretch_state import hand_over
 
 MIN_STEPS = 8  # fewer are stepped: the set-up would cost more than it saves
 MAX_STEPS = 4096  # per stretch (the costs are computed for this many steps at most)
+# per stretch while an arrival may end it early: the costs of steps it cuts off are wasted
+MAX_STEPS_BEFORE_ARRIVAL = 128
 
 
 class DecodeProbe:
@@ -84,6 +86,8 @@ def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
     now_s = host.env.now * 1e-6 * (1.0 + 1e-15) + 1e-12
     k, admit_at = sched.decode.stretch(MAX_STEPS, now_s)
     k = min(k, host.sampler.eos_room(sched.table.rid[run]))
+    if admit_at < float("inf"):
+        k = min(k, MAX_STEPS_BEFORE_ARRIVAL)
     if host.engine.name == "async":
         k -= k % 2  # an even count keeps each IO slot's batches where stepping puts them
     return (k, admit_at) if k >= MIN_STEPS else (0, float("inf"))
