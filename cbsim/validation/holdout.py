@@ -69,7 +69,8 @@ def leave_out(
     sets = fit_sets(recs, by, same_stack)
     cals = fit_all(recs, sorted({s for s, _ in sets if s}), base, name, options, jobs, show)
     results = []
-    for rec, (others, kind) in zip(recs, sets):
+    runs = progress(zip(recs, sets), len(recs), f"simulating {len(recs)} run(s)", show)
+    for rec, (others, kind) in runs:
         if not others:  # nothing else recorded: the base profile as it is
             result = validate_run(rec, base, False, [])
         else:
@@ -91,8 +92,8 @@ def fit_all(
     show: bool,
 ) -> dict[tuple[int, ...], Calibration]:
     """One calibration per distinct fit set, in ``jobs`` worker processes (1: here)."""
-    for r in recs:  # built once here; forked workers inherit them
-        r.spans, r.config, r.forward, r.batches  # noqa: B018
+    for r in progress(recs, len(recs), f"reading {len(recs)} trace(s)", show):
+        r.spans, r.config, r.forward, r.batches  # noqa: B018  built once; forked workers share them
     jobs = min(jobs if jobs > 0 else (os.cpu_count() or 1), len(sets))
     what = f"fitting {len(sets)} profile(s)"
     if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
