@@ -127,15 +127,26 @@ class Recorder:
         code = {lane: i for i, lane in enumerate(self.lanes)}
         blocks = self.blocks
 
-        def col(key: str, dtype: Any) -> np.ndarray:
-            parts = [np.asarray(c[key], dtype=dtype)]
-            for b in blocks:
-                v = b[key]
-                parts.append(np.full(b["n"], v, dtype=dtype) if np.isscalar(v) else np.asarray(v))
-            return np.concatenate(parts) if blocks else parts[0]
+        counts = [b["n"] for b in blocks]
 
-        lane_codes = [code[x] for x in c["lane"]]
-        lanes = np.concatenate([lane_codes, *(np.full(b["n"], code[b["lane"]]) for b in blocks)])
+        def col(key: str, dtype: Any) -> np.ndarray:
+            head = np.asarray(c[key], dtype=dtype)
+            if not blocks:
+                return head
+            values = [b[key] for b in blocks]
+            if all(np.isscalar(v) for v in values):  # one value a block: repeat them at once
+                rest = np.repeat(np.asarray(values, dtype=dtype), counts)
+                return np.concatenate((head, rest))
+            parts = [
+                np.full(n, v, dtype=dtype) if np.isscalar(v) else v for v, n in zip(values, counts)
+            ]
+            return np.concatenate([head, *(np.asarray(p, dtype=dtype) for p in parts)])
+
+        lane_codes = np.asarray([code[x] for x in c["lane"]], dtype=np.int64)
+        block_codes = np.repeat(
+            np.asarray([code[b["lane"]] for b in blocks], dtype=np.int64), counts
+        )
+        lanes = np.concatenate((lane_codes, block_codes))
         spans = pd.DataFrame(
             {
                 # compared often: categories are fast
