@@ -76,3 +76,18 @@ def test_online_report_has_the_serving_section(online_runs, tmp_path):
     for label in ("Median TTFT (ms)", "P99 ITL (ms)", "Mean E2EL (ms)", "Request throughput"):
         assert label in html
     assert "Serving: latency and the queue" in html
+
+
+def test_an_online_verdict_leads_with_the_latencies():
+    from cbsim.report.tables import verdict
+
+    base = {"total_time_s": 74.0, "gpu_idle_fraction": 0.45, "offered_request_rate": 5.8}
+    s = {**base, "median_ttft_ms": 3173.41, "median_tpot_ms": 19.36}
+    a = {**base, "total_time_s": 53.4, "gpu_idle_fraction": 0.02, "median_ttft_ms": 27.5}
+    a["median_tpot_ms"] = 8.86
+    assert verdict({"sync": s, "async": a}).startswith(
+        "Async batching pays: median TTFT 3,173.4 → 27.5 ms, median TPOT 19.4 → 8.9 ms; "
+        "total time x1.386"
+    )
+    offline = {k: v for k, v in s.items() if k != "offered_request_rate"}
+    assert verdict({"sync": offline, "async": a}).startswith("Async batching pays: x1.386")

@@ -48,6 +48,20 @@ def fit_sentence(metrics: dict[str, dict[str, Any]]) -> str | None:
     )
 
 
+def latency_change(s: dict[str, Any], a: dict[str, Any]) -> str:
+    """For an online run (requests arrive over time) the latencies first: what a user of the
+    service feels; empty otherwise."""
+    if not (s.get("offered_request_rate") and a.get("offered_request_rate")):
+        return ""
+    parts = [
+        f"median {key.upper()} {_fmt(s.get(f'median_{key}_ms'), '{:,.1f}')} → "
+        f"{_fmt(a.get(f'median_{key}_ms'), '{:,.1f}')} ms"
+        for key in ("ttft", "tpot")
+        if s.get(f"median_{key}_ms") is not None and a.get(f"median_{key}_ms") is not None
+    ]
+    return ", ".join(parts) + "; total time " if parts else ""
+
+
 def verdict(metrics: dict[str, dict[str, Any]]) -> str:
     """One sentence a reader can stop at."""
     if "sync" in metrics and "async" in metrics:
@@ -57,7 +71,7 @@ def verdict(metrics: dict[str, dict[str, Any]]) -> str:
         recovered = f"; it recovered {rec:.0%} of the time the GPU sat idle in sync" if rec else ""
         pays = "pays" if (c["speedup"] or 0) >= 1.05 else "does not pay here"
         return (
-            f"Async batching {pays}: x{_fmt(c['speedup'], '{:.3f}')} "
+            f"Async batching {pays}: {latency_change(s, a)}x{_fmt(c['speedup'], '{:.3f}')} "
             f"({s['total_time_s']:.3f} s → {a['total_time_s']:.3f} s); GPU idle "
             f"{s['gpu_idle_fraction']:.1%} → {a['gpu_idle_fraction']:.1%}{recovered}."
         )
