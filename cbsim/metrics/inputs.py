@@ -62,10 +62,20 @@ class MetricInputs:
     counters: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        self.spans = _with_columns(self.spans, SPAN_FIELDS)
-        if "end" not in self.spans:
-            self.spans["end"] = self.spans["ts"] + self.spans["dur"]
+        spans = _with_columns(self.spans, SPAN_FIELDS)
+        if "end" not in spans:
+            spans = spans.assign(end=spans["ts"] + spans["dur"])
+        self.spans = _in_time_order(spans)
         self.instants = _with_columns(self.instants, INSTANT_FIELDS)
+
+
+def _in_time_order(spans: pd.DataFrame) -> pd.DataFrame:
+    """Rows by (ts, dur): float sums then run in one order whichever way the table was built
+    (rows that tie on both add the same numbers whatever their order)."""
+    order = np.lexsort((spans["dur"].to_numpy(), spans["ts"].to_numpy()))
+    if len(order) < 2 or (order[1:] > order[:-1]).all():
+        return spans
+    return spans.iloc[order].reset_index(drop=True)
 
 
 def _with_columns(frame: pd.DataFrame | dict[str, Any], fields: dict[str, Any]) -> pd.DataFrame:
