@@ -78,6 +78,7 @@ def leave_out(
             result = validate_run(rec, cal.hardware, True, [recs[j].name for j in others])
             result.fit_table = cal.table()
             result.held_out_by = kind
+            result.across_calls = rec.call not in {recs[j].call for j in others}
         results.append(result)
     return results, cals
 

@@ -48,7 +48,7 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "fit_on": "holdout=fit_on: the calibration set (paths or globs)",
         "jobs": "worker processes for the fits (0: one per CPU)",
         "bands": "draw P5-P95 bands from the profile's host-speed spread and say whether each "
-        "recording lies inside: true, false, or auto (with holdout=call)",
+        "recording lies inside: true, false, or auto (when a run is predicted from other calls)",
         "progress": "show a progress bar with an ETA on stderr",
         "report": "write validation.html",
         "save_sim_traces": "also write each simulated trace",
@@ -166,6 +166,7 @@ def held_out_results(
         for r in results:
             r.fit_table = cal.table()
             r.held_out_by = "fit_on" if r.held_out else ""
+            r.across_calls = r.rec.call not in {f.call for f in fit_recs}
         return results
     source = config.hardware.source
     results = [
@@ -191,7 +192,7 @@ def wants_bands(extra: dict[str, Any], holdout: str, results: list[RunResult]) -
     value = extra.get("bands", "auto")
     if value not in (True, False, "auto"):
         raise ConfigError(f"extra.bands={value!r}; allowed: true, false, auto")
-    if value is False or (value == "auto" and holdout != "call"):
+    if value is False or (value == "auto" and not any(r.across_calls for r in results)):
         return False
     spread = [r.hardware.host.spread for r in results if r.hardware is not None]
     if not any(s.between_calls or s.within_run for s in spread):
