@@ -29,17 +29,26 @@ def _same(cfg, engine: str) -> None:
     st.sampled_from(["tiny", "llama3_1b", "llama3_8b"]),
     st.sampled_from([0.0, 0.05]),
     st.sampled_from([0, 7]),
+    st.sampled_from([(0.0, 1.0), (0.2, 0.97)]),
 )
-def test_fast_forward_writes_the_trace_stepping_writes(wl, model, slowdown, stall_every):
+def test_fast_forward_writes_the_trace_stepping_writes(wl, model, slowdown, stall_every, band):
     try:
         cfg = make(model, **wl)
     except ValueError:
         assume(False)
     hw = cfg.hardware
+    jitter, scale = band  # a band's draw: host speed step to step, the forward model's error
+    spread = dataclasses.replace(hw.host.spread, jitter=bool(jitter), within_run=jitter, seed=5)
     cfg.hardware = dataclasses.replace(
         hw,
-        gpu=dataclasses.replace(hw.gpu, idle_slowdown=slowdown),
-        host=dataclasses.replace(hw.host, stall_us=300.0, stall_every_steps=stall_every),
+        gpu=dataclasses.replace(
+            hw.gpu,
+            idle_slowdown=slowdown,
+            spread=dataclasses.replace(hw.gpu.spread, forward_scale=scale),
+        ),
+        host=dataclasses.replace(
+            hw.host, stall_us=300.0, stall_every_steps=stall_every, spread=spread
+        ),
     )
     for engine in ("sync", "async"):
         try:
@@ -49,9 +58,16 @@ def test_fast_forward_writes_the_trace_stepping_writes(wl, model, slowdown, stal
 
 
 def test_a_long_steady_decode_is_fast_forwarded():
-    cfg = make("llama3_8b", batch_size=8, prompt_len=64, gen_len=600)
-    for engine in ("sync", "async"):
-        fast, slow = run(cfg, engine), run(cfg, engine, fast_forward=False)
-        events = fast.other_data["sim_counters"]["simpy_events"]
-        assert events * 20 < slow.other_data["sim_counters"]["simpy_events"]
-        assert fast.events == slow.events
+    plain = make("llama3_8b", batch_size=8, prompt_len=64, gen_len=600)
+    hw = plain.hardware
+    jittery = dataclasses.replace(hw.host.spread, jitter=True, within_run=0.3)
+    banded = dataclasses.replace(
+        plain,
+        hardware=dataclasses.replace(hw, host=dataclasses.replace(hw.host, spread=jittery)),
+    )
+    for cfg in (plain, banded):
+        for engine in ("sync", "async"):
+            fast, slow = run(cfg, engine), run(cfg, engine, fast_forward=False)
+            events = fast.other_data["sim_counters"]["simpy_events"]
+            assert events * 20 < slow.other_data["sim_counters"]["simpy_events"]
+            assert fast.events == slow.events

@@ -13,6 +13,8 @@ launch.py; ``hand_over`` leaves scheduler, streams, IO slots and counters as ste
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from cbsim.sim.host_state import HostState, Launched
@@ -57,7 +59,6 @@ def clean_engine(host: HostState, n: int) -> bool:
         and costs.graph_size(n) is not None
         and (depth == 0 or depth >= 8)  # one entry per graph replay never fills it
         and getattr(costs, "kernel_costs", None) is None
-        and getattr(costs, "jitter", None) is None
         and host.device.compute.seq > 0
     )
 
@@ -107,12 +108,15 @@ def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> Stre
         return None
     fwd_total, last = forward
     kv_upd = kv if host.engine.name == "sync" else np.concatenate(([kv_first_update], kv[:-1]))
+    phases = _host_costs(costs, n, blocks, costs.kv_blocks(kv_upd, n), k)
+    if phases is None:
+        return None
     h2d_bytes = costs.h2d_bytes(n, n, n, blocks)
     return StretchCosts(
         kv_tokens=kv.tolist(),
-        schedule=_phase(costs.schedule_us(n, n, blocks), k),
-        prepare=_phase(costs.prepare_us(n, n, blocks), k),
-        update=_phase(costs.update_us(n, n, costs.kv_blocks(kv_upd, n)), k),
+        schedule=_phase(phases[0], k),
+        prepare=_phase(phases[1], k),
+        update=_phase(phases[2], k),
         h2d=costs.h2d_us(h2d_bytes).tolist(),
         h2d_bytes=h2d_bytes.tolist(),
         stage=(hc.launch_per_block_us * blocks).tolist(),
@@ -120,6 +124,46 @@ def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> Stre
         opened=dec._opened(k),
         last_forward=last,
     )
+
+
+def _host_costs(costs, n: int, blocks: np.ndarray, upd_blocks: np.ndarray, k: int):
+    """Each step's schedule, prepare and update cost. With a band's host jitter each schedule
+    draws the factor its prepare and update reuse: drawn here from a copy of the jitter (the
+    caller consumes the real one for the steps the stretch keeps: ``consume_jitter``), and step
+    0 checked against CostModel's own calls on another copy (None: they differ)."""
+    jitter = getattr(costs, "jitter", None)
+    if jitter is None:
+        return (
+            costs.schedule_us(n, n, blocks),
+            costs.prepare_us(n, n, blocks),
+            costs.update_us(n, n, upd_blocks),
+        )
+    peek = copy.deepcopy(jitter)
+    factor = np.array([peek.step() for _ in range(k)])
+    host = costs.host
+    out = (
+        host.schedule.cost(n, n, blocks) * factor,
+        host.prepare.cost(n, n, blocks) * factor,
+        host.update.cost(n, n, upd_blocks) * factor,
+    )
+    costs.jitter = copy.deepcopy(jitter)
+    try:
+        first = (
+            costs.schedule_us(n, n, int(blocks[0])),
+            costs.prepare_us(n, n, int(blocks[0])),
+            costs.update_us(n, n, int(upd_blocks[0])),
+        )
+    finally:
+        costs.jitter = jitter
+    return out if all(a == b[0] for a, b in zip(first, out)) else None
+
+
+def consume_jitter(host: HostState, steps: int) -> None:
+    """The host jitter's draws of the schedules a kept stretch made."""
+    jitter = getattr(host.costs, "jitter", None)
+    if jitter is not None:
+        for _ in range(steps):
+            jitter.step()
 
 
 def _phase(values, k: int) -> list[float]:
@@ -171,6 +215,7 @@ def fast_forward(host: HostState, inflight: Launched | None):
     if k < (2 if is_async else 1):
         return inflight
     tl.truncate(k)
+    consume_jitter(host, k)
     step0 = host.sched.step  # the first step the stretch launches
     launches0 = host.launches
     args, fwd_args = record(host, tl, c, step0, inflight.args if is_async else None)
