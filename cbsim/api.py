@@ -38,7 +38,7 @@ from cbsim.report.frames import RunFrames, run_frames
 from cbsim.rundir import SUMMARY_FILE
 from cbsim.sim import run as sim_run
 from cbsim.sweep import write_summary
-from cbsim.trace import Trace, read_trace
+from cbsim.trace import Trace, read_traces
 
 __all__ = ["Result", "compose", "load_sweep", "load_traces", "simulate"]
 
@@ -135,8 +135,10 @@ def simulate(*overrides: str, config: CbsimConfig | None = None) -> Result:
 
 
 def load_traces(*paths: str | os.PathLike[str]) -> Result:
-    """Traces from files (sim, runtime or a Kineto import) as a Result, keyed by engine."""
-    traces = [read_trace(p) for p in paths]
+    """Traces from files (sim, runtime or a Kineto import) as a Result, keyed by engine; a
+    merged trace (sync and async in one file) gives its runs."""
+    runs_of = [(t, p) for p in paths for t in read_traces(p).values()]
+    traces, paths = [t for t, _ in runs_of], tuple(p for _, p in runs_of)
     keys = [t.engine or Path(p).name for t, p in zip(traces, paths)]
     if len(set(keys)) < len(keys):
         keys = [str(p) for p in paths]

@@ -158,3 +158,15 @@ def test_a_merged_trace_is_measured_run_by_run():
     merged = merge_traces({"sync": loop_trace("sync", 3), "async": loop_trace("async", 3)})
     with pytest.raises(TraceError, match="merged trace of sync, async: measure each run"):
         compute_metrics(merged)
+
+
+def test_the_report_and_the_api_read_a_merged_trace_as_its_runs(tmp_path):
+    from cbsim.api import load_traces
+    from cbsim.report.trace_report import report_traces
+
+    runs = {"sync": loop_trace("sync", 5), "async": loop_trace("async", 5)}
+    path = write_merged_trace(runs, tmp_path / "trace_compare.json")
+    metrics = report_traces([path], tmp_path / "r.html")
+    assert set(metrics) == {"sync", "async"}
+    assert metrics["sync"]["total_time_s"] == compute_metrics(runs["sync"])["total_time_s"]
+    assert set(load_traces(path).traces) == {"sync", "async"}

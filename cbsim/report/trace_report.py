@@ -22,7 +22,7 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.store import load_config
 from cbsim.metrics import compute_metrics, format_table
 from cbsim.report.run_report import write_run_report
-from cbsim.trace import Trace, TraceError, read_trace
+from cbsim.trace import Trace, TraceError, read_traces
 
 
 def config_of(trace: Trace) -> CbsimConfig | None:
@@ -53,8 +53,10 @@ def run_keys(traces: list[Trace], paths: list[Path]) -> list[str]:
 def report_traces(
     paths: list[Path], out: Path, shared_js: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """Read, measure and draw; returns the metrics by engine (or file name)."""
-    traces = [read_trace(p) for p in paths]
+    """Read, measure and draw; returns the metrics by engine (or file name). A merged trace
+    (sync and async in one file) gives its runs."""
+    runs_of = [(t, p) for p in paths for t in read_traces(p).values()]
+    traces, paths = [t for t, _ in runs_of], [p for _, p in runs_of]
     configs = [config_of(t) for t in traces]
     keys = run_keys(traces, paths)
     runs = {k: (t, compute_metrics(t)) for k, t in zip(keys, traces)}
