@@ -11,8 +11,8 @@
   together are the request's TTFT. A request still running at the end of the trace (an
   interrupted run) ends at the trace's last time.
 
-Both back ends get them because TraceBuilder.build() derives them; normalising a trace moves
-spans, so it derives them again (``with_derived``).
+Both back ends get them because ``write_trace`` derives them (``with_derived``) from whatever
+TraceBuilder built; normalising a trace moves spans, so it derives them again.
 """
 
 from __future__ import annotations
@@ -25,6 +25,20 @@ from cbsim.trace.model import Trace
 
 FLOW_CAT = "flow"
 REQUEST_SLICE_CAT = "request_slice"
+
+# the span each flow end binds to: (role, lane, span names); a step's first span of a role
+ROLES = (
+    ("h2d", S.H2D, (S.COPY_H2D,)),
+    ("forward", S.COMPUTE, S.FORWARD_NAMES),
+    ("d2h", S.D2H, (S.COPY_D2H,)),
+    ("wait", S.HOST, (S.WAIT,)),
+)
+# (flow name, from role, to role)
+FLOW_EDGES = (
+    ("h2d_done", "h2d", "forward"),
+    ("compute_done", "forward", "d2h"),
+    ("d2h_done", "d2h", "wait"),
+)
 
 
 def is_derived(e: dict[str, Any]) -> bool:
@@ -41,21 +55,6 @@ def with_derived(trace: Trace) -> Trace:
         return trace
     base = [e for e in trace.events if not is_derived(e)]
     return Trace(events=[*base, *derived_events(base)], other_data=trace.other_data)
-
-
-# the span each flow end binds to: (role, lane, span names); a step's first span of a role
-ROLES = (
-    ("h2d", S.H2D, (S.COPY_H2D,)),
-    ("forward", S.COMPUTE, S.FORWARD_NAMES),
-    ("d2h", S.D2H, (S.COPY_D2H,)),
-    ("wait", S.HOST, (S.WAIT,)),
-)
-# (flow name, from role, to role)
-FLOW_EDGES = (
-    ("h2d_done", "h2d", "forward"),
-    ("compute_done", "forward", "d2h"),
-    ("d2h_done", "d2h", "wait"),
-)
 
 
 def _collect(events: list[dict[str, Any]]) -> tuple[dict, dict, float]:
