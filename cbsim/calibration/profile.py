@@ -117,5 +117,6 @@ def write_profile(cal: Calibration, base_name: str, run_dir: Path, install: bool
             )
         paths.append(user_config_dir() / "hardware" / f"{name}.yaml")
     for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(p, text)
     return paths
