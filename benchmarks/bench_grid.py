@@ -91,9 +91,11 @@ def main() -> None:
         f"{cpu / n * 1e3:>8.1f}{n / wall:>8.1f}"
     )
     if n < total:
+        # the CPU time scales with the jobs; the wall time also with whoever else uses the cores
         print(
-            f"extrapolated to all {total} jobs on {args.workers} workers: "
-            f"{wall * total / n:.0f} s wall (from a seeded sample of {n})"
+            f"extrapolated to all {total} jobs (from a seeded sample of {n}): "
+            f"{cpu * total / n:.0f} s CPU, {cpu * total / n / args.workers:.0f} s wall on "
+            f"{args.workers} idle cores ({wall * total / n:.0f} s at this run's load)"
         )
 
 
