@@ -54,7 +54,7 @@ def test_overload_leads_and_names_the_rates():
         "async": {"overloaded": False, "offered_request_rate": 6.0, "median_ttft_ms": 27.5},
     }
     text = overload_sentence(metrics)
-    assert text.startswith("sync cannot sustain the offered 6.00 req/s (it finishes 3.50")
+    assert text.startswith("sync cannot sustain the offered 6.00 req/s (it starts 3.50")
     assert "sync 3,173 ms" in text and "async 27.5 ms" in text
     assert overload_sentence({"async": metrics["async"]}) is None
 

@@ -7,9 +7,10 @@
   counted once per token its step produced that was not a request's first.
 - request / output-token throughput: finished requests and their tokens over the total time;
   goodput: the finished requests that met every SLO bound given (config ``slo``) per second.
-- offered load: the arrival rate of an online workload over the rate the engine finished them
-  (both between the first and the last); above ``slo.overload_ratio`` the engine does not
-  sustain the load: its queue grows and TTFT with it.
+- offered load: the arrival rate of an online workload over the rate the engine took requests
+  on (first tokens per second; both between the first and the last, so requests' lengths do
+  not enter); above ``slo.overload_ratio`` the engine does not sustain the load: its queue
+  grows and TTFT with it.
 """
 
 from __future__ import annotations
@@ -143,7 +144,9 @@ def goodput(req, ttft, tpot, e2el, slo: dict[str, Any], duration_s: float) -> di
 
 
 def offered_load(req: pd.DataFrame, overload_ratio: float) -> dict[str, Any]:
-    """Arrival rate over the rate requests were finished (online workloads; None offline)."""
+    """Arrival rate over the rate requests got their first token (online workloads; None
+    offline). An engine that keeps up starts each request a TTFT after it arrives, so the two
+    rates match; one that does not starts them at its own, slower, rate."""
     out: dict[str, Any] = {
         "offered_request_rate": None,
         "sustained_request_rate": None,
@@ -151,14 +154,14 @@ def offered_load(req: pd.DataFrame, overload_ratio: float) -> dict[str, Any]:
         "overloaded": None,
     }
     arrivals = np.sort(req[S.ARRIVAL].dropna().to_numpy())
-    finishes = np.sort(req[S.FINISH].dropna().to_numpy())
-    if len(arrivals) < 2 or len(finishes) < 2:
+    started = np.sort(req[S.FIRST_TOKEN].dropna().to_numpy())
+    if len(arrivals) < 2 or len(started) < 2:
         return out
-    arrival_span, finish_span = arrivals[-1] - arrivals[0], finishes[-1] - finishes[0]
-    if arrival_span <= 0 or finish_span <= 0:
+    arrival_span, start_span = arrivals[-1] - arrivals[0], started[-1] - started[0]
+    if arrival_span <= 0 or start_span <= 0:
         return out
     offered = (len(arrivals) - 1) / (arrival_span / 1e6)
-    sustained = (len(finishes) - 1) / (finish_span / 1e6)
+    sustained = (len(started) - 1) / (start_span / 1e6)
     out["offered_request_rate"] = float(offered)
     out["sustained_request_rate"] = float(sustained)
     out["offered_load_ratio"] = float(offered / sustained)

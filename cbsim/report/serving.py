@@ -60,7 +60,7 @@ def overload_sentence(metrics: dict[str, dict[str, Any]]) -> str | None:
     for e in over:
         m = metrics[e]
         parts.append(
-            f"{e} cannot sustain the offered {m['offered_request_rate']:.2f} req/s (it finishes "
+            f"{e} cannot sustain the offered {m['offered_request_rate']:.2f} req/s (it starts "
             f"{m['sustained_request_rate']:.2f} req/s), so its queue grows for the whole run"
         )
     ttft = "; ".join(f"{e} {_ms(m.get('median_ttft_ms'))}" for e, m in metrics.items())
