@@ -76,9 +76,9 @@ def _stream(path: Path, max_bytes: int, keep: bool) -> bytes:
         pending = b""
         while True:
             data = pending or f.read(CHUNK)
-            if not data:
-                break
-            if d.eof:  # a gzip file may hold several members, one after the other
+            if not data and (d.eof or not _drain(d)):
+                break  # the file is read and zlib holds no more output
+            if data and d.eof:  # a gzip file may hold several members, one after the other
                 if not data.strip(b"\0"):  # zero padding after the last one
                     pending = b""
                     continue
@@ -99,6 +99,12 @@ def _stream(path: Path, max_bytes: int, keep: bool) -> bytes:
     if not d.eof:
         raise TraceError(f"{path}: corrupt gzip data (truncated: the file ends mid-stream)")
     return b"".join(out)
+
+
+def _drain(d: Any) -> bool:
+    """Whether zlib still holds output for input it has consumed (a match longer than the
+    last output chunk); the next decompress call gives it."""
+    return bool(d.copy().decompress(b"", 1))
 
 
 def parse_json(raw: bytes, where: str) -> Any:
