@@ -303,7 +303,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait_gone(pids: list[int], timeout: float = 10) -> list[int]:
+def _wait_gone(pids: list[int], timeout: float = 30) -> list[int]:
     end = time.monotonic() + timeout
     while time.monotonic() < end and any(_alive(p) for p in pids):
         time.sleep(0.1)
@@ -322,7 +322,8 @@ def test_killing_the_sweeps_main_process_ends_its_workers(tmp_path):
     time.sleep(0.5)
     workers = _children(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    # the workers hold the sweep's output pipes: this returns only once they are gone too
+    proc.communicate(timeout=60)
     assert _wait_gone(workers) == [], "workers outlived the sweep's main process"
 
 
@@ -339,7 +340,7 @@ def test_a_sweep_killed_at_random_points_resumes_to_the_uninterrupted_summary(tm
         victims = [proc.pid, *_children(proc.pid)] if attempt % 2 == 0 else _children(proc.pid)
         for pid in victims:  # the main process and its workers, or the workers only
             os.kill(pid, signal.SIGKILL)
-        proc.communicate()
+        proc.communicate(timeout=60)
         _wait_gone(victims)
     r = run_cli([*SWEEP, f"hydra.sweep.dir={sweep}"], tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

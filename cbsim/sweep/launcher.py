@@ -32,12 +32,13 @@ from cbsim.sweep.progress import update_bar
 log = logging.getLogger("cbsim.sweep")
 # how often a worker checks that the launching process is still there, seconds
 PARENT_POLL_S = 0.5
-_watching = False
 
 
 def _end_with_parent(parent: int) -> None:
-    """A daemon thread that ends this worker once the launching process is gone (the worker
-    is then re-parented, so its parent id changes)."""
+    """A worker's initializer (it runs as the worker starts, before any task): a daemon thread
+    that ends the worker once the launching process is gone (the worker is then re-parented,
+    so its parent id changes). An idle worker would otherwise outlive a killed sweep, holding
+    its output pipes open."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -52,14 +53,8 @@ def run_batch(
     hydra_context: HydraContext,
     task_function: TaskFunction,
     singleton_state: dict[Any, Any] | None = None,
-    launcher_pid: int | None = None,
 ) -> list[tuple[int, JobReturn]]:
-    """Run a batch of jobs one after another (Hydra's run_job for each); in a worker process,
-    first tie the worker's life to the launching process."""
-    global _watching
-    if launcher_pid is not None and not _watching:
-        _end_with_parent(launcher_pid)
-        _watching = True
+    """Run a batch of jobs one after another (Hydra's run_job for each)."""
     if singleton_state is not None:
         setup_globals()
         Singleton.set_state(singleton_state)
@@ -141,17 +136,19 @@ class BatchedLauncher(Launcher):
         return effective_n_jobs(self.n_jobs)
 
     def _in_workers(self, jobs: list[tuple[int, DictConfig]], done: dict[int, JobReturn]) -> None:
-        from joblib import Parallel, delayed  # the parallel launcher only (sweep extra)
+        from joblib import Parallel, delayed, parallel_config  # the sweep extra
 
         workers = self._workers()
         todo = batches(jobs, workers * self.batches_per_worker)
         log.info("%d jobs in %d batches on %d worker processes", len(jobs), len(todo), workers)
-        state, pid = Singleton.get_state(), os.getpid()
-        calls = (
-            delayed(run_batch)(b, self.hydra_context, self.task_function, state, pid) for b in todo
-        )
-        options = {**self.joblib, "n_jobs": workers, "backend": "loky"}  # threads break Hydra
-        with Parallel(return_as="generator_unordered", **options) as parallel:
+        state = Singleton.get_state()
+        calls = (delayed(run_batch)(b, self.hydra_context, self.task_function, state) for b in todo)
+        # loky processes (threads break Hydra), each tied to this process from its start
+        backend = {"initializer": _end_with_parent, "initargs": (os.getpid(),)}
+        with (
+            parallel_config(backend="loky", **backend),
+            Parallel(return_as="generator_unordered", n_jobs=workers, **self.joblib) as parallel,
+        ):
             for results in parallel(calls):
                 done.update(results)
                 update_bar(len(results))
