@@ -1,6 +1,7 @@
 """The steady-state fast-forward is exact: a run that fast-forwards writes the very trace and
 counters of the run that steps (only SimPy's own event count differs: fewer events is the point),
-on random workloads with arrivals, EOS, chunked prefill, preemption, stalls and idle slowdown."""
+on random workloads with arrivals, EOS, chunked prefill, preemption, stalls, idle slowdown, a
+band's jitter, graph replays and eager launches."""
 
 from __future__ import annotations
 
@@ -30,10 +31,16 @@ def _same(cfg, engine: str) -> None:
     st.sampled_from([0.0, 0.05]),
     st.sampled_from([0, 7]),
     st.sampled_from([(0.0, 1.0), (0.2, 0.97)]),
+    st.sampled_from([None, [1, 2, 4], []]),  # graphs as configured, up to 4 rows, none
 )
-def test_fast_forward_writes_the_trace_stepping_writes(wl, model, slowdown, stall_every, band):
+def test_fast_forward_writes_the_trace_stepping_writes(
+    wl, model, slowdown, stall_every, band, graphs
+):
+    engine = {} if graphs is None else {"cuda_graphs": bool(graphs)}
+    if graphs:
+        engine["graph_batch_sizes"] = graphs
     try:
-        cfg = make(model, **wl)
+        cfg = make(model, engine=engine, **wl)
     except ValueError:
         assume(False)
     hw = cfg.hardware
@@ -59,13 +66,14 @@ def test_fast_forward_writes_the_trace_stepping_writes(wl, model, slowdown, stal
 
 def test_a_long_steady_decode_is_fast_forwarded():
     plain = make("llama3_8b", batch_size=8, prompt_len=64, gen_len=600)
+    eager = make("llama3_8b", engine={"cuda_graphs": False}, batch_size=8, gen_len=600)
     hw = plain.hardware
     jittery = dataclasses.replace(hw.host.spread, jitter=True, within_run=0.3)
     banded = dataclasses.replace(
         plain,
         hardware=dataclasses.replace(hw, host=dataclasses.replace(hw.host, spread=jittery)),
     )
-    for cfg in (plain, banded):
+    for cfg in (plain, banded, eager):
         for engine in ("sync", "async"):
             fast, slow = run(cfg, engine), run(cfg, engine, fast_forward=False)
             events = fast.other_data["sim_counters"]["simpy_events"]

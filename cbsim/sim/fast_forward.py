@@ -2,13 +2,14 @@
 
 In steady decode (the same requests, one token each, contexts growing by one) nothing can change
 for a while when no arrival could be admitted, nobody samples EOS or a last output, the KV cache
-has the blocks, and the engine is the clean one (three streams, event waits, a graph replay per
-step, an IO slot per batch in flight, no host jitter). Every step then runs the same host phases
-and stream operations with costs that depend only on the step. ``plan`` says how many such steps
-lie ahead; ``costs_of`` computes their costs at once (numpy, elementwise: the same float
-operations the step-by-step path does, checked against it at both ends); stretch_loop.py runs
-the host's timing recurrence over them with the very operations and order of host_phases.py and
-launch.py; ``hand_over`` leaves scheduler, streams, IO slots and counters as stepping would have.
+has the blocks, and the engine is a clean one (three streams, event waits, an IO slot per batch
+in flight; graph replays or eager launches, a band's host jitter and forward scale alike). Every
+step then runs the same host phases and stream operations with costs that depend only on the
+step. ``plan`` says how many such steps lie ahead; ``costs_of`` computes their costs at once
+(numpy, elementwise: the same float operations the step-by-step path does, checked against it at
+both ends); stretch_loop.py runs the host's timing recurrence over them with the very operations
+and order of host_phases.py and launch.py; stretch_record.py and stretch_state.py record the
+steps and leave scheduler, streams, IO slots and counters as stepping would have.
 """
 
 from __future__ import annotations
@@ -46,18 +47,14 @@ class DecodeProbe:
         return self.num_requests
 
 
-def clean_engine(host: HostState, n: int) -> bool:
+def clean_engine(host: HostState) -> bool:
     """The engine settings under which a steady step's work is the same every step."""
     eng, costs = host.engine, host.costs
-    depth = host.launch_queue.depth
     slots = 2 if eng.name == "async" else 1
     return (
         eng.streams == "three"
         and eng.event_waits
         and len(host.slots.slots) == slots
-        and eng.cuda_graphs
-        and costs.graph_size(n) is not None
-        and (depth == 0 or depth >= 8)  # one entry per graph replay never fills it
         and getattr(costs, "kernel_costs", None) is None
         and host.device.compute.seq > 0
     )
@@ -69,7 +66,7 @@ def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
     if not host.fast_forward_on or not sched.decode.active:
         return 0, float("inf")
     run = sched.run
-    if not clean_engine(host, int(run.size)):
+    if not clean_engine(host):
         return 0, float("inf")
     if host.engine.name == "async":
         b = None if inflight is None else inflight.batch
@@ -103,7 +100,8 @@ def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> Stre
     j = np.arange(1, k + 1, dtype=np.int64)
     kv = dec.kv + n * j
     blocks = costs.kv_blocks(kv, n)
-    forward = _forward_us(host, dec.ctx, k, carry)
+    graph = bool(host.engine.cuda_graphs and costs.graph_size(n) is not None)
+    forward = _forward_us(host, dec.ctx, k, carry, graph)
     if forward is None:
         return None
     fwd_total, last = forward
@@ -123,6 +121,9 @@ def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> Stre
         forward=fwd_total,
         opened=dec._opened(k),
         last_forward=last,
+        graph=graph,
+        kernels=last.kernels,
+        carry_us=last.carry_over_us,
     )
 
 
@@ -172,15 +173,19 @@ def _phase(values, k: int) -> list[float]:
     return arr.tolist() if arr.ndim else [float(arr)] * k
 
 
-def _forward_us(host: HostState, ctx0: np.ndarray, k: int, carry: bool):
+def _forward_us(host: HostState, ctx0: np.ndarray, k: int, carry: bool, graph: bool):
     """Each step's forward on the stream: the steps' only varying term, attention over the
     growing contexts, vectorised; the rest as CostModel.forward gives it for the first step.
     Both ends are checked against CostModel.forward itself."""
     costs, gpu = host.costs, host.costs.gpu
     n = int(ctx0.size)
-    padded = costs.graph_size(n)
+    padded = costs.graph_size(n) if graph else None
     ctx = ctx0[None, :] + np.arange(1, k + 1, dtype=np.int64)[:, None]  # [step, request]
-    first = costs.forward(DecodeProbe(ctx[0]), graph=True, carry_over=carry, padded_requests=padded)
+
+    def model(c: np.ndarray):
+        return costs.forward(DecodeProbe(c), graph=graph, carry_over=carry, padded_requests=padded)
+
+    first = model(ctx[0])
     kv = ctx.sum(axis=1)
     pad = gpu.attention_kv_pad
     read = (((ctx + pad - 1) // pad) * pad).sum(axis=1) if pad > 1 else kv
@@ -189,10 +194,14 @@ def _forward_us(host: HostState, ctx0: np.ndarray, k: int, carry: bool):
         (read + n) * costs.kv_bytes_per_token / costs.attn_bw,
     )
     if costs.walk_us:
-        attention = attention + costs.walk_us * np.minimum(ctx.max(axis=1), costs.partition(padded))
+        rows = padded if padded is not None else n
+        attention = attention + costs.walk_us * np.minimum(ctx.max(axis=1), costs.partition(rows))
+    scale = gpu.spread.forward_scale
+    if scale != 1.0:  # a band's draw of the forward model's error, as CostModel.forward does
+        attention = attention * scale
     total = first.linear_us + first.lm_head_us + attention + first.overhead_us
     total = total + first.carry_over_us
-    last = costs.forward(DecodeProbe(ctx[-1]), graph=True, carry_over=carry, padded_requests=padded)
+    last = model(ctx[-1])
     if total[0] != first.total_us or total[-1] != last.total_us:
         return None
     return total.tolist(), last
@@ -210,9 +219,11 @@ def fast_forward(host: HostState, inflight: Launched | None):
         host.fast_forward_on = False  # the cost model has a term this path does not know
         return inflight
     first_wait = inflight.d2h_done.time if is_async else None
+    queued = list(host.launch_queue.ops)  # run_stretch pushes every step it runs
     tl = run_stretch(host, k, c, first_wait, admit_at, host.n["updates"])
     k = tl.steps - (tl.steps % 2 if is_async else 0)
     if k < (2 if is_async else 1):
+        host.launch_queue.ops = queued
         return inflight
     tl.truncate(k)
     consume_jitter(host, k)
@@ -220,6 +231,8 @@ def fast_forward(host: HostState, inflight: Launched | None):
     launches0 = host.launches
     args, fwd_args = record(host, tl, c, step0, inflight.args if is_async else None)
     count(host, tl, c, is_async)
-    new_inflight = hand_over(host, tl, inflight, step0, launches0, args, fwd_args)
+    entries = 1 if c.graph else c.kernels
+    host.launch_queue.ops = (queued + [(s, e, entries) for s, e in tl.compute])[-8:]
+    new_inflight = hand_over(host, tl, inflight, step0, launches0, args, fwd_args, c.graph)
     yield host.env.timeout_at(tl.now)
     return new_inflight

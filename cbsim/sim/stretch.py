@@ -22,6 +22,9 @@ class StretchCosts:
     forward: list[float]
     opened: np.ndarray  # KV blocks each step's schedule opens
     last_forward: object  # the ForwardCost of the last step (for its Launched)
+    graph: bool  # every step one graph replay (else its kernels launched eagerly)
+    kernels: int  # kernels (graph nodes) of each step's forward
+    carry_us: float  # the carry-over's time inside each forward (0 without)
 
 
 @dataclass

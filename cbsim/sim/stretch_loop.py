@@ -1,5 +1,5 @@
 """The host's timing recurrence over a steady stretch: the loops of loop.py with the arithmetic
-of host_phases.py and launch.py written out for one graph replay per step, nothing else.
+of host_phases.py and launch.py written out for a steady step, nothing else.
 
 Every float operation is the one the step-by-step path performs, in its order (a SimPy timeout
 of ``d`` moves the clock to ``now + d``; a stream op starts at the latest of the host's enqueue,
@@ -13,16 +13,22 @@ from cbsim.sim.host_state import HostState
 from cbsim.sim.stretch import StretchCosts, Timeline
 
 
-class GraphLaunch:
-    """launch.py's enqueue of one graph-replayed step (H2D; compute waiting on h2d_done, idle
-    slowdown applied; D2H waiting on compute_done), as plain float arithmetic."""
+class StepLaunch:
+    """launch.py's enqueue of one steady step (H2D; compute waiting on h2d_done, idle slowdown
+    applied, one graph replay or every kernel launched eagerly, the driver's launch queue; D2H
+    waiting on compute_done), as plain float arithmetic."""
 
-    def __init__(self, host: HostState) -> None:
+    def __init__(self, host: HostState, c: StretchCosts) -> None:
         costs, hc = host.costs, host.costs.host
-        self.ev, self.cl, self.gl = hc.event_us, hc.copy_launch_us, hc.graph_launch_us
+        self.ev, self.cl = hc.event_us, hc.copy_launch_us
         self.evcl = hc.event_us + hc.copy_launch_us
         self.d2h_us = costs.d2h_us(costs.d2h_bytes(int(host.sched.run.size)))
         self.slowdown = costs.idle_slowdown
+        self.graph, self.kernels = c.graph, c.kernels
+        self.kl = hc.kernel_launch_us
+        self.body = hc.graph_launch_us if c.graph else hc.kernel_launch_us * c.kernels
+        self.queue = host.launch_queue  # the real one: it holds what stepping leaves in it
+        self.entries = 1 if c.graph else c.kernels
 
     def enqueue(
         self, now: float, stage: float, h2d_us: float, fwd: float, tails: list[float]
@@ -37,18 +43,30 @@ class GraphLaunch:
         t += ev
         t += ev
         if self.slowdown:
-            begin = max(t + self.gl, c_tail)
+            begin = max(t + (self.body if self.graph else self.kl), c_tail)
             if h_tail > begin:
                 begin = h_tail
             idle = begin - c_tail
             slow = self.slowdown * idle if idle > 0 else 0.0
             if slow:
                 fwd += slow
-        t += self.gl
-        c_start = t if t > c_tail else c_tail
-        if h_tail > c_start:
-            c_start = h_tail
-        c_tail = c_start + fwd
+        if self.graph:
+            t += self.body
+            c_start = t if t > c_tail else c_tail
+            if h_tail > c_start:
+                c_start = h_tail
+            c_tail = c_start + fwd
+        else:
+            first = t + self.kl
+            t += self.body
+            c_start = first if first > c_tail else c_tail
+            if h_tail > c_start:
+                c_start = h_tail
+            c_tail = c_start + fwd
+            not_before_end = t + fwd / self.kernels  # the last kernel is launched by then
+            if not_before_end > c_tail:
+                c_tail = not_before_end
+        t = max(t, self.queue.push(c_start, c_tail, self.entries))
         t += ev
         t += self.evcl
         d_start = t if t > d_tail else d_tail
@@ -74,7 +92,7 @@ def run_stretch(
     sync loop (each iteration waits on its own batch)."""
     costs, hc, dev = host.costs, host.costs.host, host.device
     ev, wake = hc.event_us, hc.sync_wake_us
-    launch = GraphLaunch(host)
+    launch = StepLaunch(host, c)
     tails = [dev.h2d.tail, dev.compute.tail, dev.d2h.tail]
     tl = Timeline()
     now = host.env.now

@@ -61,7 +61,7 @@ def record(
         rec.host_span(S.SCHEDULE, tl.sched[j], c.schedule[j], step_args(step, -1, n, kv))
         args = step_args(step, (launches + j) % slots, n, kv)
         rec.host_span(S.PREPARE, tl.prep[j], c.prepare[j], args)
-        fwd_args = _launch_spans(host, tl, j, args, carry, c.h2d_bytes[j], d2h_bytes)
+        fwd_args = _launch_spans(host, tl, c, j, args, carry, d2h_bytes)
         rec.host_span(S.LAUNCH, tl.launch[j], tl.launch_dur[j], args)
         waited = args if prev_args is None else prev_args
         rec.host_span(S.WAIT, tl.wait[j], tl.wait_dur[j], waited)
@@ -96,11 +96,15 @@ def _columns(
     rec.extend(S.HOST, S.SCHEDULE, tl.sched, c.schedule[:k], **batch)
     rec.extend(S.HOST, S.PREPARE, tl.prep, c.prepare[:k], **batch)
     rec.extend(S.H2D, S.COPY_H2D, [s for s, _ in tl.h2d], [e - s for s, e in tl.h2d], **batch)
+    busy = [e - f for (_, e), f in zip(tl.compute, tl.forward)]
+    split = c.carry_us if not c.graph else 0.0  # an eager carry-over is a span of its own
+    if carry and not c.graph:
+        rec.extend(S.COMPUTE, S.CARRY_OVER, busy, [c.carry_us] * k, **batch)
     forwards = rec.extend(
         S.COMPUTE,
-        S.GRAPH_REPLAY,
-        [e - f for (_, e), f in zip(tl.compute, tl.forward)],
-        tl.forward,
+        S.GRAPH_REPLAY if c.graph else S.FORWARD,
+        [b + split for b in busy] if not (carry and c.graph) else busy,
+        [f - split for f in tl.forward] if not (carry and c.graph) else tl.forward,
         new_tokens=n,
         **batch,
     )
@@ -118,31 +122,36 @@ def _columns(
     c_start, c_end = tl.compute[-1]
     if c_end - c_start - tl.forward[-1] > 0.5:
         fwd_args["launch_bound_us"] = c_end - c_start - tl.forward[-1]
+    if carry and c.graph:
+        fwd_args["carry_over_us"] = c.carry_us
     if carry:
-        fwd_args["carry_over_us"] = host.costs.gpu.carry_over_us
         rec.settle(forwards, fwd_args)
     return args, fwd_args
 
 
 def _launch_spans(
-    host: HostState, tl: Timeline, j: int, args: dict, carry: bool, h2d_bytes: int, d2h_bytes: int
+    host: HostState, tl: Timeline, c: StretchCosts, j: int, args: dict, carry: bool, d2h: int
 ) -> dict[str, Any]:
-    """The step's three GPU spans (launch.py's order and args); returns the forward's args."""
+    """The step's GPU spans (launch.py's order and args); returns the forward's args."""
     rec = host.rec
     h_start, h_end = tl.h2d[j]
-    rec.span(S.H2D, S.COPY_H2D, h_start, h_end - h_start, {**args, "bytes": h2d_bytes})
+    rec.span(S.H2D, S.COPY_H2D, h_start, h_end - h_start, {**args, "bytes": c.h2d_bytes[j]})
     c_start, c_end = tl.compute[j]
     fwd = tl.forward[j]
+    busy_start = c_end - fwd
     fwd_args = {**args, "new_tokens": args["requests"]}
     if c_end - c_start - fwd > 0.5:
         fwd_args["launch_bound_us"] = c_end - c_start - fwd
-    if carry:
-        fwd_args["carry_over_us"] = host.costs.gpu.carry_over_us
-        rec.span(S.COMPUTE, S.GRAPH_REPLAY, c_end - fwd, fwd, fwd_args)
+    if carry and c.graph:  # captured in the graph: part of the replay, an arg
+        fwd_args["carry_over_us"] = c.carry_us
+        rec.span(S.COMPUTE, S.GRAPH_REPLAY, busy_start, fwd, fwd_args)
     else:
-        rec.span(S.COMPUTE, S.GRAPH_REPLAY, c_end - fwd + 0.0, fwd - 0.0, fwd_args)
+        if carry:  # eagerly, its own kernel just before the forward's
+            rec.span(S.COMPUTE, S.CARRY_OVER, busy_start, c.carry_us, args)
+        name = S.GRAPH_REPLAY if c.graph else S.FORWARD
+        rec.span(S.COMPUTE, name, busy_start + c.carry_us, fwd - c.carry_us, fwd_args)
     d_start, d_end = tl.d2h[j]
-    rec.span(S.D2H, S.COPY_D2H, d_start, d_end - d_start, {**args, "bytes": d2h_bytes})
+    rec.span(S.D2H, S.COPY_D2H, d_start, d_end - d_start, {**args, "bytes": d2h})
     return fwd_args
 
 
@@ -164,7 +173,12 @@ def count(host: HostState, tl: Timeline, c: StretchCosts, carry: bool) -> None:
     dev.compute.busy_us = _sum(dev.compute.busy_us, comp)
     dev.d2h.busy_us = _sum(dev.d2h.busy_us, d2h)
     lb[S.H2D] = _sum(lb[S.H2D], h2d)
-    lb[S.COMPUTE] = _sum(lb[S.COMPUTE], tl.forward if carry else [f - 0.0 for f in tl.forward])
+    if carry and c.graph:
+        lb[S.COMPUTE] = _sum(lb[S.COMPUTE], tl.forward)
+    else:
+        carried = [c.carry_us] * k if carry else []  # eager: the carry-over's span, then the rest
+        busy = [x for f in tl.forward for x in (*carried[:1], f - c.carry_us)]
+        lb[S.COMPUTE] = _sum(lb[S.COMPUTE], busy)
     lb[S.D2H] = _sum(lb[S.D2H], d2h)
     n["launch_wait_us"] = _sum(n["launch_wait_us"], [w - f for w, f in zip(comp, tl.forward)])
     stalls = [x for x in tl.stall if x]
@@ -172,7 +186,8 @@ def count(host: HostState, tl: Timeline, c: StretchCosts, carry: bool) -> None:
         n["host_stalls"] += len(stalls)
         n["host_stall_us"] = _sum(n["host_stall_us"], stalls)
     n["steps"] += k
-    n["graph_steps"] += k
+    n["graph_steps" if c.graph else "eager_steps"] += k
+    n["kernels_launched"] += 0 if c.graph else c.kernels * k
     n["carry_over_steps"] += k if carry else 0
     n["host_blocks"] += k
     n["generated_tokens"] += int(host.sched.run.size) * k

@@ -26,11 +26,12 @@ def hand_over(
     launches0: int,
     args: dict[str, Any],
     fwd_args: dict[str, Any],
+    graph: bool,
 ) -> Launched | None:
     """Advance everything by the stretch's ``tl.steps`` steps (the first launched is ``step0``);
     returns the batch then in flight (async) or None."""
     k = tl.steps
-    shift = _Shift(host, tl, k, step0)
+    shift = _Shift(host, tl, k, step0, S.GRAPH_REPLAY if graph else S.FORWARD)
     batch = _advance_scheduler(host, tl, inflight, k)
     dev = host.device
     for stream, ops in ((dev.h2d, tl.h2d), (dev.compute, tl.compute), (dev.d2h, tl.d2h)):
@@ -38,8 +39,6 @@ def hand_over(
         stream.seq += k
         stream.vc = [v + k for v in stream.vc]
     dev.host_vc = [v + k for v in dev.host_vc]
-    lq = host.launch_queue
-    lq.ops = (lq.ops + [(s, e, 1) for s, e in tl.compute[-8:]])[-8:]
     for slot in host.slots.slots:
         for buf in (slot.pinned_in, slot.dev_in, slot.dev_out, slot.pinned_out):
             buf.writer = shift.op(buf.writer, buf.writer_step)
@@ -93,8 +92,8 @@ def _advance_scheduler(host: HostState, tl: Timeline, inflight: Launched | None,
 class _Shift:
     """An op of step ``st`` before the stretch -> the same op of step ``st + k``."""
 
-    def __init__(self, host: HostState, tl: Timeline, k: int, step0: int) -> None:
-        self.tl, self.k, self.step0 = tl, k, step0
+    def __init__(self, host: HostState, tl: Timeline, k: int, step0: int, name: str) -> None:
+        self.tl, self.k, self.step0, self.name = tl, k, step0, name
         self.compute = host.device.compute.index
         self.done: dict[int, Op] = {}
 
@@ -105,7 +104,7 @@ class _Shift:
         if got is None:
             j = step + self.k - self.step0  # its index in the stretch
             times = (self.tl.h2d, self.tl.compute, self.tl.d2h)[op.stream][j]
-            name = S.GRAPH_REPLAY if op.stream == self.compute else op.name
+            name = self.name if op.stream == self.compute else op.name
             vc = tuple(v + self.k for v in op.vc)
             got = self.done[id(op)] = Op(op.stream, op.seq + self.k, op.lane, name, *times, vc)
         return got
