@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 from conftest import compose_cfg, make_config, run_cli
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.values import replace_values
 
 GROUP_OPTIONS = {
     "mode": ["sim", "runtime"],
@@ -127,3 +129,38 @@ def test_help_lists_groups(tmp_path):
 def test_compose_keeps_overrides():
     cfg = compose_cfg(["workload.gen_len=8192", "engine=sync"])
     assert cfg.workload.gen_len == 8192 and cfg.engine.name == "sync"
+
+
+# Values as a grid point sets them (cbsim.config.values) take what Hydra's composition takes and
+# refuse what it refuses, with the same result.
+BY_VALUE = [
+    "workload.batch_size=8.0",
+    "model.name=3",
+    "workload.ignore_eos=1",
+    "workload.ignore_eos=0",
+    "workload.ignore_eos=yes",
+    "workload.rate=5",
+    "workload.rate='2.5'",
+    "workload.rate=abc",
+    "workload.seed=true",
+    "workload.batch_size='16'",
+    "workload.batch_size=-3",
+    "workload.num_requests=null",
+    "model.name=true",
+    "engine.graph_batch_sizes=[1,2,4]",
+    "hardware.gpu.carry_over_us=nan",
+]
+
+
+@pytest.mark.parametrize("override", BY_VALUE)
+def test_a_value_set_on_a_built_config_is_what_hydra_composes(override):
+    (parsed,) = OverridesParser.create().parse_overrides([override])
+    try:
+        want = make_config([override])
+    except Exception:
+        want = None
+    try:
+        got = replace_values(make_config(), {parsed.key_or_group: parsed.value()})
+    except ConfigError:
+        got = None
+    assert got == want

@@ -39,14 +39,38 @@ def coerce(key: str, value: Any, kind: Any) -> Any:
         args = typing.get_args(kind)
     if typing.get_origin(kind) is list and isinstance(value, list):
         return [coerce(key, v, args[0] if args else Any) for v in value]
-    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
     if kind is Any or (isinstance(kind, type) and type(value) is kind):
         return value
+    converted = _primitive(value, kind)
+    if converted is not None:
+        return converted
     name = getattr(kind, "__name__", str(kind))
     raise ConfigError(f"{key}={value} has the wrong type; allowed: a value of type {name}")
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "y"), ("false", "no", "off", "n")
+
+
+def _primitive(value: Any, kind: Any) -> Any:
+    """OmegaConf's conversions between primitives (None where it refuses): an int or a number
+    text for a float; a whole-number text for an int; an int (non-zero: true) or a yes/no word
+    for a bool; any primitive's text for a str."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    text = value.strip().lower() if isinstance(value, str) else None
+    try:
+        if kind is float and (number or text is not None):
+            return float(value)
+        if kind is int and text is not None:
+            return int(text)
+    except ValueError:
+        return None
+    if kind is bool and isinstance(value, int) and not isinstance(value, bool):
+        return value != 0
+    if kind is bool and text in _TRUE + _FALSE:
+        return text in _TRUE
+    if kind is str and isinstance(value, (int, float, bool)):
+        return str(value)
+    return None
 
 
 def _rebuild(node: Any, changes: dict[str, Any], prefix: str) -> Any:
