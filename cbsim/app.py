@@ -42,7 +42,7 @@ from cbsim.rundir import (
     write_finished,
 )
 from cbsim.sim import simulate
-from cbsim.trace import Trace, write_trace
+from cbsim.trace import Trace, write_merged_trace, write_trace
 
 log = logging.getLogger("cbsim")
 register_configs()
@@ -112,6 +112,10 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
         memory = trace.other_data.get("memory") or {}
         fit = device_fit(memory, config.hardware.memory_bytes)
         runs[engine] = (trace, {**compute_metrics(trace), **fit})
+    traces = {e: t for e, (t, _) in runs.items() if t is not None}
+    if out.trace and len(traces) > 1:  # both engines on one time axis, one Perfetto process each
+        name = trace_name("compare", False, bool(out.trace_gzip))
+        log.debug("merged trace: %s", write_merged_trace(traces, run_dir / name))
     metrics = run_metrics({e: m for e, (_, m) in runs.items()})
     if out.report:
         from cbsim.report import write_run_report

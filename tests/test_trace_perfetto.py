@@ -170,3 +170,18 @@ def test_the_report_and_the_api_read_a_merged_trace_as_its_runs(tmp_path):
     assert set(metrics) == {"sync", "async"}
     assert metrics["sync"]["total_time_s"] == compute_metrics(runs["sync"])["total_time_s"]
     assert set(load_traces(path).traces) == {"sync", "async"}
+
+
+def test_a_compare_run_writes_the_merged_trace_beside_the_two(tmp_path):
+    from conftest import run_cli
+
+    out = tmp_path / "run"
+    args = ["+experiment=small_batch", "engine=compare", "workload.gen_len=16"]
+    proc = run_cli([*args, f"hydra.run.dir={out}", "output.report=false"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    runs = read_traces(out / "trace_compare.json")
+    assert list(runs) == ["sync", "async"]
+    for engine, trace in runs.items():
+        alone = read_trace(out / f"trace_{engine}.json")
+        assert compute_metrics(trace) == compute_metrics(alone)
+    assert "trace_compare.json" in (out / "finished.json").read_text()

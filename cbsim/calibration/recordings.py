@@ -18,6 +18,7 @@ from cbsim.calibration.run_config import config_of, replay_batches
 from cbsim.calibration.steps import forward_table, span_table
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.trace import Trace, TraceError, read_trace
+from cbsim.trace.merge import is_merged
 
 # where recorded runs live unless extra.recordings says otherwise (relative to the working
 # directory): a checkout's experiments/runtime/
@@ -168,13 +169,17 @@ class Recorded:
 
 
 def load(paths: list[Path], root: Path | None = None) -> list[Recorded]:
-    """The traces (normalised on read), with ``root`` the recordings directory they are in."""
+    """The traces (normalised on read), with ``root`` the recordings directory they are in. A
+    merged trace (a compare run's trace_compare) is left out: its runs are the per-engine
+    traces written beside it."""
     out = []
     for p in paths:
         try:
-            out.append(Recorded(p, read_trace(p), root))
+            trace = read_trace(p)
         except TraceError as exc:
             raise ConfigError(str(exc)) from None
+        if not is_merged(trace.other_data):
+            out.append(Recorded(p, trace, root))
     return out
 
 
