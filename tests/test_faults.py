@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from cbsim.config import ConfigError
 from cbsim.rundir import FINISHED_FILE, LOCK_FILE, read_finished
 from cbsim.sweep.summary import FINISHED, collect_jobs
+from cbsim.trace import read_trace
 
 TINY = ["model=tiny", "workload.batch_size=2", "workload.gen_len=8"]
 # a simulation that runs for many seconds: requests keep arriving, so no step repeats the last
@@ -185,6 +186,9 @@ def test_an_interrupted_run_says_so_in_one_line_and_leaves_nothing_final(tmp_pat
     names = {p.name for p in run_dir.iterdir()}
     assert not {n for n in names if n.startswith("trace") and "_partial" not in n}
     assert FINISHED_FILE not in names and "metrics.json" not in names
+    # the simulation so far, kept under its partial name and read back as incomplete
+    (partial,) = [n for n in names if n.startswith("trace_") and "_partial" in n]
+    assert partial in line and read_trace(run_dir / partial).incomplete
     assert not [n for n in names if n.endswith(".tmp")]
 
 

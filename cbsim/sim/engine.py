@@ -74,6 +74,10 @@ def simulate(
     gc.disable()
     try:
         sim.env.run()
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trace so far, for the app to keep
+        if trace is not None:
+            exc.partial_trace = trace.build().mark_incomplete("interrupted")  # type: ignore[attr-defined]
+        raise
     finally:
         if was_enabled:
             gc.enable()
