@@ -10,6 +10,26 @@ from cbsim.scheduler.batch import _EMPTY_I64
 from cbsim.scheduler.table import RequestTable
 
 
+def batch_inputs(
+    t: RequestTable,
+    idx: np.ndarray,
+    q: np.ndarray,
+    start: np.ndarray,
+    plen: np.ndarray,
+    sample: np.ndarray,
+    all_sample: bool,
+) -> tuple[int, np.ndarray, np.ndarray, int]:
+    """(decode rows, flattened input ids, per-row placeholder mask, query tokens) of a batch."""
+    n = idx.size
+    if all_sample and int(q.max()) == 1 and bool((start >= plen).all()):
+        # pure decode: one token each, the request's latest output (or its placeholder)
+        filled = t.nfilled[idx] > start - plen
+        return n, np.where(filled, t.lasttok[idx], 0), ~filled, n
+    decode = (q == 1) & sample & (start >= plen)
+    input_ids, placeholder = build_inputs(t, idx, q, start, plen, decode)
+    return int(np.count_nonzero(decode)), input_ids, placeholder, int(q.sum())
+
+
 def build_inputs(
     t: RequestTable,
     idx: np.ndarray,

@@ -24,7 +24,7 @@ from cbsim.scheduler.admission import Admission
 from cbsim.scheduler.batch import _EMPTY_I64, Batch
 from cbsim.scheduler.blocks import BlockTables
 from cbsim.scheduler.decode import SteadyDecode
-from cbsim.scheduler.inputs import build_inputs
+from cbsim.scheduler.inputs import batch_inputs
 from cbsim.scheduler.table import (
     DRAINING,
     FINISHED,
@@ -313,18 +313,9 @@ class Scheduler:
         n = idx.size
         sample = ctx == plen + t.nsched[idx]
         all_sample = bool(sample.all())
-        if all_sample and int(q.max()) == 1 and bool((start >= plen).all()):
-            # pure decode: one token each, the request's latest output (or its placeholder)
-            num_decode = n
-            filled = t.nfilled[idx] > start - plen
-            input_ids = np.where(filled, t.lasttok[idx], 0)
-            placeholder = ~filled
-            query_tokens = n
-        else:
-            decode = (q == 1) & sample & (start >= plen)
-            num_decode = int(np.count_nonzero(decode))
-            input_ids, placeholder = build_inputs(t, idx, q, start, plen, decode)
-            query_tokens = int(q.sum())
+        num_decode, input_ids, placeholder, query_tokens = batch_inputs(
+            t, idx, q, start, plen, sample, all_sample
+        )
         t.computed[idx] = ctx
         sidx = idx if all_sample else idx[sample]
         finishing, run = self._sampled(sidx, run)

@@ -114,13 +114,18 @@ def enqueue_step(
         )
     tracker.write(slot, slot.dev_out, compute, compute.vc, step, compute.lane, compute.start)
     t += hc.event_us
-    compute_done = dev.compute.record()
-    # D2H: wait on compute_done, copy the sampled tokens, record d2h_done
+    d2h, t = _enqueue_d2h(host, slot, step, plan, dev.compute.record(), t)
+    return h2d, compute, d2h, dev.d2h.record(), fwd_us, t
+
+
+def _enqueue_d2h(
+    host: HostState, slot: IOSlot, step: int, plan: StepPlan, compute_done: CudaEvent, t: float
+) -> tuple[Op, float]:
+    """D2H: wait on compute_done, copy the sampled tokens (d2h_done is recorded after it)."""
+    hc, dev, tracker = host.costs.host, host.device, host.slots
     t += hc.event_us + hc.copy_launch_us
-    d2h = dev.d2h.enqueue(
-        S.COPY_D2H, t, costs.d2h_us(plan.d2h_bytes), vc, (compute_done,) if waits else ()
-    )
+    ready = (compute_done,) if host.engine.event_waits else ()
+    d2h = dev.d2h.enqueue(S.COPY_D2H, t, host.costs.d2h_us(plan.d2h_bytes), dev.host_vc, ready)
     tracker.read(slot, slot.dev_out, d2h, d2h.vc, step, d2h.lane, d2h.start)
     tracker.write(slot, slot.pinned_out, d2h, d2h.vc, step, d2h.lane, d2h.start)
-    t += hc.event_us
-    return h2d, compute, d2h, dev.d2h.record(), fwd_us, t
+    return d2h, t + hc.event_us
