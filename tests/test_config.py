@@ -164,3 +164,20 @@ def test_a_value_set_on_a_built_config_is_what_hydra_composes(override):
     except ConfigError:
         got = None
     assert got == want
+
+
+@pytest.mark.parametrize(
+    "override", ["extra.reported.sync_total_s=1.5", "extra.reported=7", "extra.nope=1"]
+)
+def test_an_extra_value_set_on_a_built_config_is_what_hydra_composes(override):
+    (parsed,) = OverridesParser.create().parse_overrides([override])
+    try:
+        want = make_config(["+experiment=seed_repro", override])
+    except Exception:
+        want = None
+    base = make_config(["+experiment=seed_repro"])
+    try:
+        got = replace_values(base, {parsed.key_or_group: parsed.value()})
+    except ConfigError:
+        got = None
+    assert got == want

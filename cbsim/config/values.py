@@ -84,9 +84,24 @@ def _rebuild(node: Any, changes: dict[str, Any], prefix: str) -> Any:
         current = getattr(node, name)
         if dataclasses.is_dataclass(current) and isinstance(change, dict):
             kwargs[name] = _rebuild(current, change, f"{key}.")
+        elif isinstance(current, dict) and isinstance(change, dict):
+            kwargs[name] = _merge(current, change, f"{key}.")
         else:
             kwargs[name] = coerce(key, change, hints[name])
     return dataclasses.replace(node, **kwargs)
+
+
+def _merge(current: dict[str, Any], change: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """A free-form dict (``extra``) with existing keys changed; a new key needs Hydra's
+    ``+key=value``, as it does on the command line."""
+    out = dict(current)
+    for name, value in change.items():
+        if name not in current:
+            allowed = ", ".join(sorted(current)) or "none (add one with +key=value)"
+            raise ConfigError(f"{prefix}{name} is not a key here; allowed: {allowed}")
+        nested = isinstance(current[name], dict) and isinstance(value, dict)
+        out[name] = _merge(current[name], value, f"{prefix}{name}.") if nested else value
+    return out
 
 
 def replace_values(config: CbsimConfig, values: dict[str, Any]) -> CbsimConfig:
