@@ -37,11 +37,12 @@ class Recorder:
             self.counter = builder.add_counter
             return
         self.lanes = list(dict.fromkeys((*S.REQUIRED_LANES, S.REQUESTS, *lanes)))
-        self.cols: dict[str, list[Any]] = {
-            k: [] for k in ("lane", "name", "ts", "dur", *SPAN_COLUMNS)
-        }
+        # one entry per span recorded one at a time; the args dicts are read at the end (a
+        # forward's new_tokens is settled when its batch is updated)
+        self.cols: dict[str, list[Any]] = {k: [] for k in ("lane", "name", "ts", "dur", "args")}
         self.blocks: list[dict[str, Any]] = []  # many spans of one lane and name (extend)
-        # forward spans' new_tokens, settled when their batch is updated: (column, row, args)
+        # extended forward spans' new_tokens, settled when their batch is updated: (column, row,
+        # args)
         self.forward_args: list[tuple[Any, int, dict[str, Any]]] = []
         self.inst: dict[str, list[Any]] = {k: [] for k in ("lane", "name", "ts", "rid", "tokens")}
         self.inst_kind: list[str] = []
@@ -57,12 +58,7 @@ class Recorder:
         c["name"].append(name)
         c["ts"].append(ts)
         c["dur"].append(dur)
-        for k, d in ARG_DEFAULTS.items():
-            c[k].append(args.get(k, d))
-        new = args.get("new_tokens")
-        c["new_tokens"].append(0 if new is None else new)
-        if new is not None:
-            self.forward_args.append((c["new_tokens"], len(c["ts"]) - 1, args))
+        c["args"].append(args)
 
     def _host_span(self, name: str, ts: float, dur: float, args: dict[str, Any]) -> None:
         self._span(S.HOST, name, ts, dur, args)
@@ -121,7 +117,10 @@ class Recorder:
 
     def tables(self) -> dict[str, Any]:
         """The span and instant tables (cbsim.metrics.MetricInputs' spans, instants, lanes)."""
-        c = self.cols
+        c = dict(self.cols)
+        arg_list = c.pop("args")
+        for k, d in {**ARG_DEFAULTS, "new_tokens": 0}.items():
+            c[k] = [a.get(k, d) for a in arg_list]
         for column, row, args in self.forward_args:
             column[row] = args["new_tokens"]
         code = {lane: i for i, lane in enumerate(self.lanes)}
