@@ -63,7 +63,7 @@ def clean_engine(host: HostState) -> bool:
 def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
     """(steps to fast-forward, the arrival that ends the stretch; inf: none) or (0, inf)."""
     sched = host.sched
-    if not host.fast_forward_on or not sched.decode.active:
+    if not host.fast_forward_on or not sched.decode.active or host.last_updated is None:
         return 0, float("inf")
     run = sched.run
     if not clean_engine(host):
