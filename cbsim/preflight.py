@@ -10,31 +10,22 @@ composed twice.
 
 from __future__ import annotations
 
-import copy
 import sys
 from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.schema import RUN_EXTRA_KEYS
 from cbsim.config.store import load_config
-from cbsim.sweep.compose import JobComposer, composed_jobs
+from cbsim.sweep.compose import JobComposer, composed_jobs, task_config
 from cbsim.sweep.summary import expected_overrides
 from cbsim.workload import check_lengths_files
-
-
-def task_config(cfg: DictConfig) -> DictConfig:
-    """The config the task sees: without the ``hydra`` node (as Hydra's run_job makes it)."""
-    task = copy.deepcopy(cfg)
-    with read_write(task), open_dict(task):
-        task.pop("hydra", None)
-    return task
 
 
 def declared_extra_keys(task: str) -> dict[str, str] | None:
@@ -65,13 +56,17 @@ def check_extra(config: CbsimConfig) -> None:
             )
 
 
-def check_job(cfg: DictConfig) -> CbsimConfig:
-    """Raise ConfigError naming the first bad value of this job's config: its values, its
-    extra keys, the lengths files it names."""
-    config = load_config(task_config(cfg))
+def check_config(config: CbsimConfig) -> CbsimConfig:
+    """Beyond the values (checked as the config was built): its extra keys, and the lengths
+    files it names."""
     check_extra(config)
     check_lengths_files(config.workload)
     return config
+
+
+def check_job(cfg: DictConfig) -> CbsimConfig:
+    """Raise ConfigError naming the first bad value of this job's config."""
+    return check_config(load_config(task_config(cfg)))
 
 
 def _refuse(message: str) -> None:
@@ -97,7 +92,11 @@ class Preflight(Callback):
         for overrides in jobs:
             try:
                 job_cfg = composer.compose(overrides)
-                check_job(job_cfg)
+                by_value = composer.checked(overrides)  # the same checks, without a copy
+                if by_value is None:
+                    check_job(job_cfg)
+                else:
+                    check_config(by_value)
             except ConfigError as exc:
                 _refuse(f"{exc} (in the sweep's job {' '.join(overrides)})")
             except (HydraException, OmegaConfBaseException) as exc:

@@ -21,6 +21,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from omegaconf import DictConfig, open_dict, read_write
 
+from cbsim.config.schema import CbsimConfig
+from cbsim.config.store import load_config
+from cbsim.config.values import replace_values
+
 # a sweep's job configs as cbsim.preflight composed and checked them, by their overrides (the
 # launching process only); the sweeper and the launcher take them from here
 composed_jobs: dict[tuple[str, ...], DictConfig] = {}
@@ -39,6 +43,14 @@ def is_value_override(o: Override) -> bool:
     )
 
 
+def task_config(cfg: DictConfig) -> DictConfig:
+    """The config the task sees: without the ``hydra`` node (as Hydra's run_job makes it)."""
+    task = copy.deepcopy(cfg)
+    with read_write(task), open_dict(task):
+        task.pop("hydra", None)
+    return task
+
+
 class JobComposer:
     """Composes job configs of one sweep, caching the defaults by group choices."""
 
@@ -47,10 +59,24 @@ class JobComposer:
         self.loader = GlobalHydra.instance().config_loader()
         self.parser = OverridesParser.create(config_loader=self.loader)
         self._bases: dict[tuple[str, ...], DictConfig] = {}
+        self._objects: dict[tuple[str, ...], CbsimConfig] = {}
 
     def full(self, overrides: Sequence[str]) -> DictConfig:
         """Hydra's own composition of one job."""
         return self.loader.load_sweep_config(self.master, list(overrides))
+
+    def checked(self, overrides: Sequence[str]) -> CbsimConfig | None:
+        """The job's config object, built from its groups' checked defaults by value (every
+        check of a single run runs again, cbsim.config.values); None when the job takes
+        Hydra's full path (then check the composed config itself)."""
+        parsed = self.parser.parse_overrides(list(overrides))
+        values = {o.key_or_group: o.value() for o in parsed if is_value_override(o)}
+        groups = tuple(o.input_line for o in parsed if not is_value_override(o))
+        if not values or groups not in self._bases:
+            return None
+        if groups not in self._objects:
+            self._objects[groups] = load_config(task_config(self._bases[groups]))
+        return replace_values(self._objects[groups], values)
 
     def compose(self, overrides: Sequence[str]) -> DictConfig:
         parsed = self.parser.parse_overrides(list(overrides))
