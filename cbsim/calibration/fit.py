@@ -168,8 +168,9 @@ def curve_fit(
     Made for piecewise-linear models such as a sum of rooflines: within one assignment of
     rooflines to their bound (compute or memory) the model is linear, so each step solves the
     linearised problem exactly (bounded least squares) and the loop ends when no roofline
-    changes side (or stops gaining, ``STALL_ITERS``). The Jacobian is by finite differences. Every parameter is free; a ridge towards
-    the start values keeps those the data cannot tell apart where they were (faint, ``RIDGE``,
+    changes side (or stops gaining, ``STALL_ITERS``). The Jacobian is by finite differences.
+    Every parameter is free; a ridge towards the start values keeps those the data cannot tell
+    apart where they were (faint, ``RIDGE``,
     for terms independent of the earlier ones; firmer, ``RIDGE_COLLINEAR``, for a term collinear
     with earlier ones), and the bounds may still determine a collinear one (a per-token term
     beside a fixed cost held at 0). Reported as fitted: independent of the others in some
@@ -180,15 +181,6 @@ def curve_fit(
     theta = np.asarray(theta0, float).copy()
     lo, hi = np.asarray(lower, float), np.asarray(upper, float)
 
-    def jac(t: np.ndarray, m0: np.ndarray) -> np.ndarray:
-        J = np.empty((len(y), len(t)))
-        for j in range(len(t)):
-            h = rel_step * max(abs(t[j]), 1.0)
-            tj = t.copy()
-            tj[j] = t[j] + h if t[j] + h <= hi[j] else t[j] - h
-            J[:, j] = (model(tj) - m0) / (tj[j] - t[j])
-        return J
-
     # what the ridge pulls towards: the prior when given (a fit restarted from elsewhere keeps
     # the prior's value for what the data leaves open, not its own start's)
     start = np.asarray(prior, float).copy() if prior is not None else theta.copy()
@@ -197,22 +189,9 @@ def curve_fit(
     seen: set[int] = set()  # determined by the data in some iteration
     stalled = 0  # iterations in a row that did not lower the best cost
     for _ in range(iters):
-        J = jac(theta, m)
-        Jw = J * w[:, None]
-        norms = np.linalg.norm(Jw, axis=0)
-        active = [j for j in range(len(theta)) if norms[j] > 0]
-        indep = {active[k] for k in independent_columns(Jw[:, active] / norms[active])}
+        J = _jacobian(model, theta, m, hi, rel_step)
+        new, indep = _ridge_step(J, w, y, m, theta, start, names, anchored, lo, hi)
         seen.update(indep)
-        # a pull towards the start value settles what the data leaves open: faint for the
-        # terms the data determines, firmer for one collinear with earlier terms (it keeps its
-        # value unless a bound on the others makes the data need it)
-        ridge = np.where(np.isin(np.arange(len(theta)), list(indep)), RIDGE, RIDGE_COLLINEAR)
-        # ``anchored`` terms are pulled back firmly throughout (a way into a basin near the
-        # start; calibrate.fit_forward refits from there without it)
-        ridge = np.where(np.isin(np.asarray(names), list(anchored)), RIDGE_COLLINEAR, ridge)
-        A = np.vstack([Jw, np.diag(ridge * norms)])
-        b = np.concatenate([(y - m + J @ theta) * w, ridge * norms * start])
-        new = _bounded_lstsq(A, b, theta, active, lo, hi)
         m_new = model(new)
         cost = float(np.sum(((m_new - y) * w) ** 2))
         stalled = stalled + 1 if cost >= best[0] * (1 - STALL_GAIN) else 0
@@ -229,6 +208,36 @@ def curve_fit(
         {n: bool(j in seen or moved[j]) for j, n in enumerate(names)},
         (m - y) * w,
     )
+
+
+def _jacobian(model, t: np.ndarray, m0: np.ndarray, hi: np.ndarray, rel_step: float) -> np.ndarray:
+    """Forward differences (backward where the step would cross the upper bound)."""
+    J = np.empty((len(m0), len(t)))
+    for j in range(len(t)):
+        h = rel_step * max(abs(t[j]), 1.0)
+        tj = t.copy()
+        tj[j] = t[j] + h if t[j] + h <= hi[j] else t[j] - h
+        J[:, j] = (model(tj) - m0) / (tj[j] - t[j])
+    return J
+
+
+def _ridge_step(J, w, y, m, theta, start, names, anchored, lo, hi) -> tuple[np.ndarray, set[int]]:
+    """One bounded Gauss-Newton step with the pull towards ``start``; returns the new theta and
+    which parameters the data determined in it."""
+    Jw = J * w[:, None]
+    norms = np.linalg.norm(Jw, axis=0)
+    active = [j for j in range(len(theta)) if norms[j] > 0]
+    indep = {active[k] for k in independent_columns(Jw[:, active] / norms[active])}
+    # a pull towards the start value settles what the data leaves open: faint for the terms the
+    # data determines, firmer for one collinear with earlier terms (it keeps its value unless a
+    # bound on the others makes the data need it)
+    ridge = np.where(np.isin(np.arange(len(theta)), list(indep)), RIDGE, RIDGE_COLLINEAR)
+    # ``anchored`` terms are pulled back firmly throughout (a way into a basin near the start;
+    # forward.best_of_starts refits from there without it)
+    ridge = np.where(np.isin(np.asarray(names), list(anchored)), RIDGE_COLLINEAR, ridge)
+    A = np.vstack([Jw, np.diag(ridge * norms)])
+    b = np.concatenate([(y - m + J @ theta) * w, ridge * norms * start])
+    return _bounded_lstsq(A, b, theta, active, lo, hi), indep
 
 
 def _bounded_lstsq(
