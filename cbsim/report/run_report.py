@@ -62,11 +62,11 @@ OVERVIEW_NOTES = {
 
 
 def trace_files(engines: list[str], gzip: bool) -> list[str]:
-    """The trace file names the app writes beside the report (cbsim.app.trace_name)."""
+    """The trace file names the app writes beside the report (cbsim.app.trace_name); a compare
+    run also writes both engines in one file (trace_compare)."""
     single = len(engines) == 1
-    return [
-        ("trace.json" if single else f"trace_{e}.json") + (".gz" if gzip else "") for e in engines
-    ]
+    names = [f"trace_{e}" for e in engines] + ["trace_compare"] if not single else ["trace"]
+    return [n + ".json" + (".gz" if gzip else "") for n in names]
 
 
 def hazards_section(page: Page, frames: list[RunFrames]) -> None:
