@@ -275,6 +275,21 @@ def test_a_rerun_that_fails_leaves_no_stale_metrics_of_the_old_config(tmp_path):
     assert job.status != FINISHED
 
 
+@pytest.mark.slow
+def test_a_sweep_directory_reused_for_another_sweep_is_refused(tmp_path):
+    sweep = tmp_path / "sweep"
+    tiny = ["model=tiny", "workload.gen_len=8"]
+    first = ["-m", *tiny, "workload.batch_size=2,4", f"hydra.sweep.dir={sweep}"]
+    r = run_cli(first, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before = (sweep / "summary.csv").read_text()
+    r = run_cli(["-m", *tiny, "workload.batch_size=2", f"hydra.sweep.dir={sweep}"], tmp_path)
+    line = one_line_error(r, f"hydra.sweep.dir={sweep} holds another sweep")
+    assert "workload.batch_size=2,4" in line and "workload.batch_size=2" in line
+    assert (sweep / "summary.csv").read_text() == before, "the first sweep's files untouched"
+    assert run_cli(first, tmp_path).returncode == 0, "the same sweep again resumes"
+
+
 # --- sweeps killed at random points ---
 
 SWEEP = [
