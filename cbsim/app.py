@@ -17,7 +17,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cbsim import __version__
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.store import load_config, register_configs
@@ -228,11 +227,8 @@ def _fail(message: str, code: int) -> int:
 
 
 def main() -> int | None:
-    """The command line: ``--version``, else Hydra (errors as one line, exit 2; an interrupt
-    as one line, exit 130 for SIGINT and 143 for SIGTERM)."""
-    if "--version" in sys.argv[1:]:
-        print(f"cbsim {__version__}")
-        return 0
+    """The command line through Hydra: errors as one line, exit 2; an interrupt as one line,
+    exit 130 for SIGINT and 143 for SIGTERM (``--version``: cbsim/__main__.py)."""
     # Hydra raises instead of printing its own report, so the message below is the only one
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     try:
