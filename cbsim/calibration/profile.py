@@ -9,17 +9,17 @@ import dataclasses
 import datetime as _dt
 import json
 import os
+from importlib import resources
 from pathlib import Path
 
 import yaml
 
-import cbsim.conf
 from cbsim.calibration.result import Calibration
 from cbsim.config.errors import ConfigError
 from cbsim.rundir import atomic_write_text
 
 # the shipped presets (never shadowed) and the variable naming the user's profile directory
-CONF_HARDWARE = Path(cbsim.conf.__file__).resolve().parent / "hardware"
+CONF_HARDWARE = Path(str(resources.files("cbsim.conf") / "hardware"))
 USER_CONFIG_ENV = "CBSIM_CONFIG_DIR"
 HOST_PHASES = ("schedule", "prepare", "update")
 # what each fitted term is called in the residual rows (us_per_byte_* map to bandwidths)
