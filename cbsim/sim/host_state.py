@@ -67,6 +67,7 @@ class HostState:
         self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
         self._last_counters: dict[str, int] = {}
         self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
+        self._asked_us = 0.0  # when the last schedule phase asked the scheduler (host_phases.py)
         self._admitted: set[int] = set()  # rids whose "scheduled" instant is written
         self.hazards = HazardLog(self.rec)
         self.slots = SlotTracker(setup.io_slots, self.hazards)
