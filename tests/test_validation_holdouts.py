@@ -165,6 +165,10 @@ def test_fit_sets_fall_back_to_the_run_when_nothing_else_differs(stack):
     # a workload is its requests: held out with both engines and every model, one fit set each
     sets = fit_sets(recs, "workload")
     assert len({s for s, _ in sets}) == len(BATCHES)
+    # within one call (one host's speed): the other workloads of that call only
+    both = load(resolve_traces(["synthetic_run/*/*/trace_*.json.gz"], stack), stack)
+    for i, (s, kind) in enumerate(fit_sets(both, "workload", same_call=True)):
+        assert kind == "workload" and {both[j].call for j in s} == {both[i].call}
 
 
 def test_extra_keys_are_declared_per_task():

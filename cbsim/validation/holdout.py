@@ -34,13 +34,13 @@ _RECS: list[Recorded] = []
 
 
 def fit_sets(
-    recs: list[Recorded], by: str, same_stack: bool = True
+    recs: list[Recorded], by: str, same_stack: bool = True, same_call: bool = False
 ) -> list[tuple[tuple[int, ...], str]]:
     """Per run, the indices of the runs its profile is fitted on and what it holds out.
 
     The pool is the other runs of its stack (one runtime version on one device host; all runs
-    when ``same_stack`` is false, or when the stack has no other run), less every run that
-    shares ``by`` with it. Where that leaves nothing (a stack of one workload, one model or one
+    when ``same_stack`` is false, or when the stack has no other run; only its own device call's
+    with ``same_call``), less every run that shares ``by`` with it. Where that leaves nothing (a stack of one workload, one model or one
     call), only the run itself is left out ("run")."""
     key = LEAVE_OUT[by]
     out = []
@@ -48,6 +48,8 @@ def fit_sets(
         pool = [j for j, r in enumerate(recs) if j != i]
         if same_stack:
             pool = [j for j in pool if recs[j].stack == rec.stack] or pool
+        if same_call:
+            pool = [j for j in pool if recs[j].call == rec.call] or pool
         others = tuple(j for j in pool if key(recs[j]) != key(rec))
         out.append((others, by) if others else (tuple(pool), "run"))
     return out
@@ -62,11 +64,12 @@ def leave_out(
     options: FitOptions | None = None,
     jobs: int = 1,
     show: bool = True,
+    same_call: bool = False,
 ) -> tuple[list[RunResult], dict[tuple[int, ...], Calibration]]:
     """Each run simulated with a profile fitted on its fit set (``fit_sets``)."""
     if by not in LEAVE_OUT:
         raise ValueError(f"leave out {by!r}; allowed: {', '.join(LEAVE_OUT)}")
-    sets = fit_sets(recs, by, same_stack)
+    sets = fit_sets(recs, by, same_stack, same_call)
     cals = fit_all(recs, sorted({s for s, _ in sets if s}), base, name, options, jobs, show)
     results = []
     runs = progress(zip(recs, sets), len(recs), f"simulating {len(recs)} run(s)", show)

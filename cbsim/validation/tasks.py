@@ -45,6 +45,7 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "holdout": "what each run's profile has not seen: workload, engine, model, call, run "
         "(loo), or fit_on (a fixed set) | profile (hardware as composed)",
         "same_stack": "fit on runs of the held-out run's stack only (one runtime version)",
+        "same_call": "fit on runs of the held-out run's device call only (one host's speed)",
         "fit_on": "holdout=fit_on: the calibration set (paths or globs)",
         "jobs": "worker processes for the fits (0: one per CPU)",
         "bands": "draw P5-P95 bands from the profile's host-speed spread and say whether each "
@@ -150,8 +151,10 @@ def held_out_results(
     options = fit_options(extra)
     if holdout in LEAVE_OUT:
         same_stack = bool(extra.get("same_stack", True))
+        same_call = bool(extra.get("same_call", False))
         jobs, show = int(extra.get("jobs", 0)), bool(extra.get("progress", True))
-        return leave_out(recs, config.hardware, name, holdout, same_stack, options, jobs, show)[0]
+        args = (holdout, same_stack, options, jobs, show, same_call)
+        return leave_out(recs, config.hardware, name, *args)[0]
     if holdout == "fit_on":
         patterns = list(extra.get("fit_on") or [])
         if not patterns:
