@@ -70,9 +70,8 @@ def make_config(overrides: list[str]):
 
 
 def run_ours(model, config, engine: str) -> dict:
-    from cbsim.runtime.engine import execute
-
     from cbsim.metrics import compute_metrics
+    from cbsim.runtime.engine import execute
 
     with NvmlSampler() as nv:
         res = execute(config, engine, model=model)
@@ -192,7 +191,6 @@ def main() -> None:
     p.add_argument("--out", default=None)
     a = p.parse_args()
     from cbsim.runtime.model import build_model
-
     from cbsim.workload import make_requests
 
     over = [

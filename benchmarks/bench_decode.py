@@ -58,9 +58,8 @@ def weights_read_bytes(model) -> int:
 
 
 def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
-    from cbsim.runtime import run
-
     from cbsim.metrics import compute_metrics
+    from cbsim.runtime import run
 
     config = make_config(case_overrides(spec, engine) + extra)
     trace = run(config, engine)
@@ -94,8 +93,8 @@ def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
 def anchor(spec: str) -> dict:
     """transformers' own continuous batching, sync, on the spec's shape and prompts."""
     import torch
-    from cbsim.runtime.model import build_model
 
+    from cbsim.runtime.model import build_model
     from cbsim.workload import make_requests
 
     model_name, batch, prompt, gen = spec.split(":")

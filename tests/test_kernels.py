@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from cbsim.runtime.kernels.paged_attention import (
     get_decode_attention,
     paged_decode_attention_reference,
@@ -346,8 +347,9 @@ def test_norm_rope_kernels_in_interpreter():
 @pytest.mark.gpu
 @needs_cuda
 def test_norm_rope_kernels_match_torch_bf16():
-    from cbsim.runtime.kernels.fused_elementwise import apply_rope, rms_norm
     from transformers.models.llama import modeling_llama as ml
+
+    from cbsim.runtime.kernels.fused_elementwise import apply_rope, rms_norm
 
     torch.manual_seed(0)
     x = torch.randn(32, 1, 4096, device="cuda", dtype=torch.bfloat16) * 3

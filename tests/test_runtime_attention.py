@@ -7,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cbsim.config.schema import WorkloadConfig  # noqa: E402
 from cbsim.runtime.attention import (  # noqa: E402
     AttnMeta,
     decode_torch,
@@ -15,8 +16,6 @@ from cbsim.runtime.attention import (  # noqa: E402
 )
 from cbsim.runtime.io_slots import empty_decode_layout, pack, pack_decode_into  # noqa: E402
 from cbsim.runtime.kv_cache import PagedKVCache  # noqa: E402
-
-from cbsim.config.schema import WorkloadConfig  # noqa: E402
 from cbsim.scheduler import Scheduler  # noqa: E402
 from cbsim.workload import make_requests  # noqa: E402
 

@@ -13,9 +13,9 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
-from cbsim.runtime.engine import execute  # noqa: E402
 from test_runtime_sync import CASES, assert_same_tokens, reference_tokens  # noqa: E402
 
+from cbsim.runtime.engine import execute  # noqa: E402
 from cbsim.trace import schema as S  # noqa: E402
 from cbsim.trace import validate  # noqa: E402
 

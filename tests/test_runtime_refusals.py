@@ -8,10 +8,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from cbsim.runtime.engine import execute  # noqa: E402
 from conftest import run_cli  # noqa: E402
 
 from cbsim.config.errors import ConfigError  # noqa: E402
+from cbsim.runtime.engine import execute  # noqa: E402
 
 CPU = ["mode=runtime", "mode.device=cpu", "model=tiny"]
 

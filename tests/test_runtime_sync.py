@@ -9,10 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from cbsim.config.errors import ConfigError  # noqa: E402
 from cbsim.runtime.engine import execute  # noqa: E402
 from cbsim.runtime.model import build_model  # noqa: E402
-
-from cbsim.config.errors import ConfigError  # noqa: E402
 from cbsim.trace import schema as S  # noqa: E402
 from cbsim.trace import validate  # noqa: E402
 from cbsim.workload import make_requests  # noqa: E402
@@ -178,9 +177,8 @@ def test_request_longer_than_context_fails_before_running(config_factory):
 
 
 def test_token_ids_outside_vocab_fail_before_running(config_factory, monkeypatch):
-    import cbsim.runtime.engine as eng
-
     import cbsim.run_setup as setup
+    import cbsim.runtime.engine as eng
 
     config = config_factory(BASE + ["workload.batch_size=2"])
     real = setup.make_requests
@@ -199,7 +197,6 @@ def test_token_ids_outside_vocab_fail_before_running(config_factory, monkeypatch
 
 def test_ctrl_c_keeps_the_trace_so_far(config_factory, monkeypatch):
     from cbsim.runtime.engine import Interrupted
-
     from cbsim.scheduler import Scheduler
 
     config = config_factory(BASE + CASES["staggered"])

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import make_config  # noqa: E402
+
 from cbsim.runtime.engine import build, check_device, plan_run  # noqa: E402
 from cbsim.runtime.recorder import Recorder  # noqa: E402
 from cbsim.runtime.streams import EventRing, launch  # noqa: E402
-from record import make_config  # noqa: E402
 
 DEFAULT = ["mode=runtime", "engine=async", "model=llama3_8b", "workload.batch_size=32"]
 DEFAULT += ["workload.prompt_len=256", "workload.gen_len=64"]

@@ -59,10 +59,10 @@ def queue_depth(ops: int = 6000, sleep_cycles: int = 4_000_000_000) -> dict:
 
 
 def prefill_profile(out_dir: Path) -> dict:
-    from cbsim.runtime.engine import execute
     from torch.profiler import ProfilerActivity, profile
 
     from cbsim.metrics import compute_metrics
+    from cbsim.runtime.engine import execute
     from cbsim.trace.kineto import import_kineto
 
     over = [
@@ -128,9 +128,9 @@ MIXED = [
 def kernels_per_kind(out_dir: Path) -> dict:
     """Kernels (and memsets/copies) on the compute stream per forward, by step kind, from a
     profiled short continuous-batching run (async: decode graphs, eager prefill/mixed steps)."""
-    from cbsim.runtime.engine import execute
     from torch.profiler import ProfilerActivity, profile
 
+    from cbsim.runtime.engine import execute
     from cbsim.trace.kineto import import_kineto
 
     config = make_config(MIXED)

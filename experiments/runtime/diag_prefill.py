@@ -53,8 +53,9 @@ def gemm_times() -> dict:
 
 
 def step_kernels(out_dir: Path) -> dict:
-    from cbsim.runtime.engine import execute
     from torch.profiler import ProfilerActivity, profile
+
+    from cbsim.runtime.engine import execute
 
     over = [
         "mode=runtime",

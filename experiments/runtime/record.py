@@ -112,8 +112,9 @@ def kineto(out: Path) -> None:
     import os
 
     import torch
-    from cbsim.runtime import run
     from torch.profiler import ProfilerActivity, profile
+
+    from cbsim.runtime import run
 
     over = ["mode=runtime", "engine=async", "model=llama3_1b", "workload.batch_size=8"]
     over += ["workload.prompt_len=64", "workload.gen_len=12"]
