@@ -31,21 +31,12 @@ from typing import Any
 import numpy as np
 
 import cbsim.sim as sim
-from cbsim.config.hardware import HostCosts, PhaseCost
+from cbsim.config.hardware import HOST_TIMES_US, HostCosts, PhaseCost
 from cbsim.config.schema import CbsimConfig
 from cbsim.metrics import MetricInputs, metrics_from
 
 QUANTILES = {"p5": 5.0, "median": 50.0, "p95": 95.0}
 METRICS = ("total_time_s", "gpu_idle_fraction")
-HOST_US = (
-    "kernel_launch_us",
-    "graph_launch_us",
-    "launch_per_block_us",
-    "copy_launch_us",
-    "event_us",
-    "sync_wake_us",
-    "stall_us",
-)
 
 
 def speed_factors(between_calls: float, draws: int, seed: int) -> list[float]:
@@ -69,7 +60,7 @@ def scaled_host(host: HostCosts, factor: float, seed: int) -> HostCosts:
         prepare=phase(host.prepare),
         update=phase(host.update),
         spread=spread,
-        **{k: factor * getattr(host, k) for k in HOST_US},
+        **{k: factor * getattr(host, k) for k in HOST_TIMES_US},
     )
 
 

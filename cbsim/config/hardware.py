@@ -8,12 +8,39 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cbsim.config.errors import ConfigError, check_positive, check_range
 
 REPO = Path(__file__).resolve().parents[2]
+# HostCosts' own times (microseconds) beside its phases: what a host-speed factor scales
+# (cbsim/bands.py), and with stall_every_steps what HostCosts checks to be >= 0
+HOST_TIMES_US = (
+    "kernel_launch_us",
+    "graph_launch_us",
+    "launch_per_block_us",
+    "copy_launch_us",
+    "event_us",
+    "sync_wake_us",
+    "stall_us",
+)
+
+
+def check_keys(
+    prefix: str, obj: object, keys: Iterable[str], ok: Callable[[float], bool], allowed: str
+) -> None:
+    """Each of ``keys`` on ``obj`` passes ``ok``: one message form for every group of the profile,
+    naming the key and what is ``allowed``."""
+    for key in keys:
+        value = getattr(obj, key)
+        if not ok(value):
+            raise ConfigError(f"{prefix}.{key}={value} is out of range; allowed: {allowed}")
+
+
+def check_non_negative(prefix: str, obj: object, keys: Iterable[str]) -> None:
+    check_keys(prefix, obj, keys, lambda v: v >= 0, ">= 0")
 
 
 def kernel_table_files(path: str) -> list[Path]:
@@ -99,12 +126,13 @@ class HostSpread:
     jitter: bool = False
 
     def __post_init__(self) -> None:
-        for key in ("between_calls", "within_run"):
-            value = getattr(self, key)
-            if not (math.isfinite(value) and 0.0 <= value <= 2.0):
-                raise ConfigError(
-                    f"hardware.host.spread.{key}={value} is out of range; allowed: 0 to 2"
-                )
+        check_keys(
+            "hardware.host.spread",
+            self,
+            ("between_calls", "within_run"),
+            lambda v: math.isfinite(v) and 0.0 <= v <= 2.0,
+            "0 to 2",
+        )
         check_range("hardware.host.spread.draws", self.draws, 1, 1000)
         check_range("hardware.host.spread.seed", self.seed, 0, 2**32 - 1)
 
@@ -138,26 +166,14 @@ class HostCosts:
 
     def __post_init__(self) -> None:
         for phase in ("schedule", "prepare", "update"):
-            for f in dataclasses.fields(PhaseCost):
-                value = getattr(getattr(self, phase), f.name)
-                if not (math.isfinite(value) and value >= 0):
-                    raise ConfigError(
-                        f"hardware.host.{phase}.{f.name}={value} is out of range; allowed: >= 0 and finite"
-                    )
-        for key in (
-            "kernel_launch_us",
-            "graph_launch_us",
-            "launch_per_block_us",
-            "copy_launch_us",
-            "event_us",
-            "sync_wake_us",
-            "stall_us",
-            "stall_every_steps",
-        ):
-            if getattr(self, key) < 0:
-                raise ConfigError(
-                    f"hardware.host.{key}={getattr(self, key)} is out of range; allowed: >= 0"
-                )
+            check_keys(
+                f"hardware.host.{phase}",
+                getattr(self, phase),
+                (f.name for f in dataclasses.fields(PhaseCost)),
+                lambda v: math.isfinite(v) and v >= 0,
+                ">= 0 and finite",
+            )
+        check_non_negative("hardware.host", self, (*HOST_TIMES_US, "stall_every_steps"))
 
 
 @dataclass
@@ -257,17 +273,18 @@ class GpuCosts:
     spread: GpuSpread = field(default_factory=GpuSpread)
 
     def __post_init__(self) -> None:
-        for key in (
-            "gemm_bandwidth_eff",
-            "gemm_flops_eff",
-            "attention_bandwidth_eff",
-            "attention_flops_eff",
-        ):
-            value = getattr(self, key)
-            if not 0.0 < value <= 1.0:
-                raise ConfigError(
-                    f"hardware.gpu.{key}={value} is out of range; allowed: > 0 and <= 1"
-                )
+        check_keys(
+            "hardware.gpu",
+            self,
+            (
+                "gemm_bandwidth_eff",
+                "gemm_flops_eff",
+                "attention_bandwidth_eff",
+                "attention_flops_eff",
+            ),
+            lambda v: 0.0 < v <= 1.0,
+            "> 0 and <= 1",
+        )
         check_positive("hardware.gpu.attention_kv_pad", self.attention_kv_pad)
         check_positive("hardware.gpu.kernels_per_layer", self.kernels_per_layer)
         for key in (
@@ -282,16 +299,16 @@ class GpuCosts:
             check_range(f"hardware.gpu.{key}", getattr(self, key), 0, 1 << 20)
         check_positive("hardware.gpu.attention_target_programs", self.attention_target_programs)
         check_positive("hardware.gpu.attention_min_partition", self.attention_min_partition)
-        for key in (
-            "gemm_row_us",
-            "attention_walk_us_per_token",
-            "idle_slowdown",
-            "prefix_walk_us_per_token",
-        ):
-            if getattr(self, key) < 0:
-                raise ConfigError(
-                    f"hardware.gpu.{key}={getattr(self, key)} is out of range; allowed: >= 0"
-                )
+        check_non_negative(
+            "hardware.gpu",
+            self,
+            (
+                "gemm_row_us",
+                "attention_walk_us_per_token",
+                "idle_slowdown",
+                "prefix_walk_us_per_token",
+            ),
+        )
 
 
 @dataclass
@@ -331,9 +348,6 @@ class HardwareConfig:
             "d2h_bandwidth",
         ):
             check_positive(f"hardware.{key}", getattr(self, key))
-        if self.copy_latency_us < 0:
-            raise ConfigError(
-                f"hardware.copy_latency_us={self.copy_latency_us} is out of range; allowed: >= 0"
-            )
+        check_non_negative("hardware", self, ("copy_latency_us",))
         if self.kernel_table is not None:
             kernel_table_files(self.kernel_table)
