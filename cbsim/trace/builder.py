@@ -11,17 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from cbsim.trace import schema as S
-from cbsim.trace.model import Trace
+from cbsim.trace.model import STANDARD_ARG_DEFAULTS, Trace
 
-# args of a span that belongs to no batch (a schedule that found nothing to run)
-NO_BATCH: dict[str, Any] = {
-    "step": -1,
-    "slot": -1,
-    "requests": 0,
-    "query_tokens": 0,
-    "kv_tokens": 0,
-    "kind": "",
-}
+# args of a span that belongs to no batch (a schedule that found nothing to run): the standard
+# args at the defaults a trace's span table fills in for them
+NO_BATCH: dict[str, Any] = {key: STANDARD_ARG_DEFAULTS[key] for key in S.SPAN_ARGS}
 
 
 def batch_args(batch: Any = None, *, slot: int = -1, **extra: Any) -> dict[str, Any]:
