@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from cbsim.report.frames import RunFrames
-from cbsim.report.style import PHASE_COLORS
+from cbsim.report.style import PHASE_COLORS, engine_rows
 
 GPU_COLOR = PHASE_COLORS["graph_replay"]
 EXPOSED_COLOR = PHASE_COLORS["GPU idle"]
@@ -33,31 +32,24 @@ def time_split_figure(runs: list[RunFrames]) -> go.Figure:
     busy_s = [t - i for t, i in zip(total_s, idle_s)]
     share = [i / t if t > 0 else 0.0 for i, t in zip(idle_s, total_s)]
     fig = go.Figure()
-    fig.add_trace(
-        go.Bar(
-            y=names,
-            x=busy_s,
-            orientation="h",
-            name="GPU busy",
-            marker_color=GPU_COLOR,
-            text=[f"busy {1 - s:.1%}" for s in share],
-            textposition="inside",
-            hovertemplate="%{y}: GPU busy %{x:.3f} s<extra></extra>",
+    for x, shares, word, name, position, color in (
+        (busy_s, [1 - s for s in share], "busy", "GPU busy", "inside", GPU_COLOR),
+        (idle_s, share, "idle", "GPU idle (waiting for the CPU)", "outside", EXPOSED_COLOR),
+    ):
+        fig.add_trace(
+            go.Bar(
+                y=names,
+                x=x,
+                orientation="h",
+                name=name,
+                marker_color=color,
+                text=[f"{word} {s:.1%}" for s in shares],
+                textposition=position,
+                # a label outside its bar may pass the axis (None: plotly's default)
+                cliponaxis=False if position == "outside" else None,
+                hovertemplate=f"%{{y}}: GPU {word} %{{x:.3f}} s<extra></extra>",
+            )
         )
-    )
-    fig.add_trace(
-        go.Bar(
-            y=names,
-            x=idle_s,
-            orientation="h",
-            name="GPU idle (waiting for the CPU)",
-            marker_color=EXPOSED_COLOR,
-            text=[f"idle {s:.1%}" for s in share],
-            textposition="outside",
-            cliponaxis=False,
-            hovertemplate="%{y}: GPU idle %{x:.3f} s<extra></extra>",
-        )
-    )
     fig.update_layout(
         barmode="stack",
         height=110 + 45 * len(runs),
@@ -134,26 +126,20 @@ def step_time_figure(runs: list[RunFrames]) -> go.Figure:
     for r in runs:
         s = r.steps
         color = ENGINE_COLORS.get(r.engine, "#2ca02c")
-        fig.add_trace(
-            go.Scatter(
-                x=s["step"].to_numpy(int),
-                y=s["step_ms"].to_numpy(float),
-                mode="lines",
-                name=f"{r.engine}: step time",
-                line=dict(color=color, width=1.5),
-                hovertemplate="step %{x}: %{y:.3f} ms<extra>" + r.engine + "</extra>",
+        for column, what, hover, line in (
+            ("step_ms", "step time", "", dict(color=color, width=1.5)),
+            ("gpu_ms", "GPU busy in the step", "GPU busy ", dict(color=color, width=1, dash="dot")),
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    x=s["step"].to_numpy(int),
+                    y=s[column].to_numpy(float),
+                    mode="lines",
+                    name=f"{r.engine}: {what}",
+                    line=line,
+                    hovertemplate=f"step %{{x}}: {hover}%{{y:.3f}} ms<extra>{r.engine}</extra>",
+                )
             )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=s["step"].to_numpy(int),
-                y=s["gpu_ms"].to_numpy(float),
-                mode="lines",
-                name=f"{r.engine}: GPU busy in the step",
-                line=dict(color=color, width=1, dash="dot"),
-                hovertemplate="step %{x}: GPU busy %{y:.3f} ms<extra>" + r.engine + "</extra>",
-            )
-        )
         if top is not None:
             _outliers(fig, s["step"], s["step_ms"], top, color, r.engine, step_causes(r))
     if top is not None:
@@ -197,14 +183,7 @@ def stacked_steps_figure(runs: list[RunFrames]) -> go.Figure:
         per = "per step" if size == 1 else f"mean per step over groups of {size} steps"
         titles.append(f"{r.engine}: GPU busy vs CPU exposed, {per}")
     top = steady_top([(b["gpu_ms"] + b["exposed_ms"]).to_numpy(float) for b in binned])
-    fig = make_subplots(
-        rows=len(runs),
-        cols=1,
-        shared_xaxes=True,
-        shared_yaxes=True,
-        subplot_titles=titles,
-        vertical_spacing=0.18 if len(runs) > 1 else 0.1,
-    )
+    fig = engine_rows(titles, (0.18, 0.1), shared_yaxes=True)
     for i, (r, b) in enumerate(zip(runs, binned), start=1):
         label = [f"{a}" if a == z else f"{a}-{z}" for a, z in zip(b["first"], b["last"])]
         x = b["first"].to_numpy(int)

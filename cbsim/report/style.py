@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from cbsim.report.frames import IDLE_ROW
 from cbsim.trace import schema as S
@@ -51,6 +54,20 @@ def yaxis(fig: go.Figure, rows: list[str], row: int, col: int = 1) -> None:
         zeroline=False,
         row=row,
         col=col,
+    )
+
+
+def engine_rows(titles: list[str], spacing: tuple[float, float], **options: Any) -> go.Figure:
+    """One subplot row per engine (one title each) over a shared x axis, so the engines line up;
+    ``spacing``: between rows when there are several, and the margin a lone row keeps."""
+    between, alone = spacing
+    return make_subplots(
+        rows=len(titles),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=titles,
+        vertical_spacing=between if len(titles) > 1 else alone,
+        **options,
     )
 
 

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from cbsim.report.bins import AGGREGATE_BINS, aggregate_rows, share_colorbar
 from cbsim.report.frames import IDLE_ROW, RunFrames, detail_windows, time_unit
 from cbsim.report.marks import add_hazards, add_marks
-from cbsim.report.style import ROW_PX, color_of, legend_entry, row_y, yaxis
+from cbsim.report.style import ROW_PX, color_of, engine_rows, legend_entry, row_y, yaxis
 
 __all__ = ["AGGREGATE_BINS", "detail_figure", "overview_figure", "overview_style", "overview_unit"]
 
@@ -53,14 +53,7 @@ def overview_figure(runs: list[RunFrames]) -> go.Figure:
     style = overview_style(runs)
     titles = [f"{r.engine}: {r.total_ms / 1e3:.3f} s, GPU idle {_idle_share(r):.1%}" for r in runs]
     heights = [max(len(r.rows), 1) for r in runs]
-    fig = make_subplots(
-        rows=len(runs),
-        cols=1,
-        shared_xaxes=True,
-        subplot_titles=titles,
-        row_heights=heights,
-        vertical_spacing=0.12 if len(runs) > 1 else 0.05,
-    )
+    fig = engine_rows(titles, (0.12, 0.05), row_heights=heights)
     shown: set[str] = set()
     bin_ms = max((r.total_ms for r in runs), default=0.0) / AGGREGATE_BINS
     unit, unit_name = overview_unit(runs)
