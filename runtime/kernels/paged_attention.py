@@ -241,18 +241,29 @@ def triton_next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def _gather_live_mask(block_tables, context_lens, block_size):
-    max_ctx = block_tables.shape[1] * block_size
-    pos = torch.arange(max_ctx, device=block_tables.device)
-    return pos[None, :] < context_lens[:, None].to(pos.dtype)  # [B, L]
-
-
 def _gather(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
     """[B, max_blocks * block_size, Hkv, D]: every page in the table (unused entries may be -1)."""
     num_blocks, block_size, Hkv, D = cache.shape
     B = block_tables.shape[0]
     idx = block_tables.long().clamp(0, num_blocks - 1)
     return cache[idx].reshape(B, -1, Hkv, D)
+
+
+def _gathered(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+) -> tuple[tuple[int, int, int, int, int], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What both torch versions start from: the checked shapes (B, Hq, Hkv, G query heads per kv
+    head, D), which of the L = max_blocks * block_size table positions are live ([B, L]), and
+    every page of the table gathered, keys and values ([B, L, Hkv, D])."""
+    B, Hq, Hkv, D, block_size = _check(q, k_cache, v_cache, block_tables, context_lens)
+    pos = torch.arange(block_tables.shape[1] * block_size, device=block_tables.device)
+    live = pos[None, :] < context_lens[:, None].to(pos.dtype)
+    k, v = _gather(k_cache, block_tables), _gather(v_cache, block_tables)
+    return (B, Hq, Hkv, Hq // Hkv, D), live, k, v
 
 
 def paged_decode_attention_reference(
@@ -264,11 +275,9 @@ def paged_decode_attention_reference(
     scale: float,
 ) -> torch.Tensor:
     """Float32 paged decode attention in plain torch (CPU or GPU); the tests' reference."""
-    B, Hq, Hkv, D, block_size = _check(q, k_cache, v_cache, block_tables, context_lens)
-    G = Hq // Hkv
-    live = _gather_live_mask(block_tables, context_lens, block_size)  # [B, L]
-    k = _gather(k_cache, block_tables).float().masked_fill(~live[:, :, None, None], 0.0)
-    v = _gather(v_cache, block_tables).float().masked_fill(~live[:, :, None, None], 0.0)
+    (B, Hq, Hkv, G, D), live, k, v = _gathered(q, k_cache, v_cache, block_tables, context_lens)
+    k = k.float().masked_fill(~live[:, :, None, None], 0.0)
+    v = v.float().masked_fill(~live[:, :, None, None], 0.0)
     qf = q.float().reshape(B, Hkv, G, D)
     scores = torch.einsum("bhgd,blhd->bhgl", qf, k) * scale
     scores = scores.masked_fill(~live[:, None, None, :], float("-inf"))
@@ -287,11 +296,8 @@ def paged_decode_attention_sdpa(
 ) -> torch.Tensor:
     """Gather the pages, then torch SDPA with a padding mask (the G query heads sharing a kv head
     ride as G query positions, so no KV is repeated). Reads every page in the block table."""
-    B, Hq, Hkv, D, block_size = _check(q, k_cache, v_cache, block_tables, context_lens)
-    G = Hq // Hkv
-    live = _gather_live_mask(block_tables, context_lens, block_size)
-    k = _gather(k_cache, block_tables).transpose(1, 2)  # [B, Hkv, L, D]
-    v = _gather(v_cache, block_tables).transpose(1, 2)
+    (B, Hq, Hkv, G, D), live, k, v = _gathered(q, k_cache, v_cache, block_tables, context_lens)
+    k, v = k.transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, L, D]
     out = F.scaled_dot_product_attention(
         q.reshape(B, Hkv, G, D), k, v, attn_mask=live[:, None, None, :], scale=scale
     )
