@@ -14,6 +14,7 @@ events per step), with tracing off only the three ordering events are recorded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -69,7 +70,7 @@ def _event_set(timing: bool) -> tuple:
 
 def launch(
     runner: ModelRunner, plan: StepPlan, st: Streams, ev: tuple | None, rec: Recorder, row: int
-):
+) -> torch.cuda.Event | None:
     """Enqueue the step; returns the event the host waits on (None on a CPU: already done)."""
     fwd = S.GRAPH_REPLAY if plan.bucket is not None else S.FORWARD
     if not st.cuda:
@@ -84,36 +85,42 @@ def launch(
         return None
     a, h2d_done, b, compute_done, c, d2h_done = ev
     slot = plan.slot
-    h2d, comp, d2h = st.h2d, st.compute, st.d2h
-    three = h2d is not comp
-    # the loop runs with the compute stream current; the copies switch to their own
+    three = st.h2d is not st.compute
+
+    def forward() -> None:
+        _compute(runner, plan, fwd)
+        rec.forward_submitted(row, perf_counter())
+
+    # the loop runs with the compute stream current; the copies switch to their own. The H2D
+    # copy waits for the last forward that read this slot
+    _stage(st.h2d, three, slot.last_compute_done, a, h2d_done, lambda: runner.copy_in(plan))
+    _stage(st.compute, three, h2d_done, b, compute_done, forward)
+    _stage(st.d2h, three, compute_done, c, d2h_done, lambda: runner.copy_out(plan))
     if three:
-        torch.cuda.set_stream(h2d)
-    if slot.last_compute_done is not None and three:
-        h2d.wait_event(slot.last_compute_done)  # the last forward that read this slot
-    if a is not None:
-        a.record(h2d)
-    runner.copy_in(plan)
-    h2d_done.record(h2d)
-    if three:
-        torch.cuda.set_stream(comp)
-        comp.wait_event(h2d_done)
-    if b is not None:
-        b.record(comp)
-    _compute(runner, plan, fwd)
-    rec.forward_submitted(row, perf_counter())
-    compute_done.record(comp)
-    if three:
-        torch.cuda.set_stream(d2h)
-        d2h.wait_event(compute_done)
-    if c is not None:
-        c.record(d2h)
-    runner.copy_out(plan)
-    d2h_done.record(d2h)
-    if three:
-        torch.cuda.set_stream(comp)
+        torch.cuda.set_stream(st.compute)
     slot.last_compute_done = compute_done
     return d2h_done
+
+
+def _stage(
+    stream: torch.cuda.Stream,
+    three: bool,
+    after: torch.cuda.Event | None,
+    start: torch.cuda.Event | None,
+    done: torch.cuda.Event,
+    work: Callable[[], None],
+) -> None:
+    """One op of the step, the same for all three: on three streams, switch to its stream and
+    wait for the event of what it reads (one stream keeps order by itself); mark its start when
+    tracing, enqueue it, record its end."""
+    if three:
+        torch.cuda.set_stream(stream)
+        if after is not None:
+            stream.wait_event(after)
+    if start is not None:
+        start.record(stream)
+    work()
+    done.record(stream)
 
 
 def _compute(runner: ModelRunner, plan: StepPlan, fwd: str) -> None:
