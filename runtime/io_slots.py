@@ -341,21 +341,11 @@ class IOSlot:
 
     def input_views(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(device, pinned host) views of the first n input entries."""
-        v = self._in_views.get(n)
-        if v is None:
-            v = (self.dev_in[:n], self.host_in[:n])
-            if len(self._in_views) < VIEW_CACHE:
-                self._in_views[n] = v
-        return v
+        return _first(self._in_views, n, self.dev_in, self.host_in)
 
     def output_views(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(pinned host, device) views of the first n sampled tokens."""
-        v = self._out_views.get(n)
-        if v is None:
-            v = (self.host_out[:n], self.dev_out[:n])
-            if len(self._out_views) < VIEW_CACHE:
-                self._out_views[n] = v
-        return v
+        return _first(self._out_views, n, self.host_out, self.dev_out)
 
     @property
     def nbytes(self) -> int:
@@ -378,3 +368,16 @@ class IOSlot:
 def slot_capacity(max_tokens: int, max_requests: int, max_width: int) -> int:
     """Entries an IO buffer needs for any step: 3 per token, 5 + width per request (+ carry)."""
     return 3 * max_tokens + max_requests * (8 + max_width) + 16
+
+
+def _first(
+    cache: dict[int, tuple[torch.Tensor, torch.Tensor]], n: int, a: torch.Tensor, b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The views of the first n entries of a and b, made once per length: a step's copies take
+    them every step, and graph buckets use a few lengths (at most VIEW_CACHE kept)."""
+    v = cache.get(n)
+    if v is None:
+        v = (a[:n], b[:n])
+        if len(cache) < VIEW_CACHE:
+            cache[n] = v
+    return v
