@@ -11,6 +11,7 @@ engines choose the streams and the events between them.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ from cbsim.config.schema import CbsimConfig
 
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .io_slots import (
+    SECTIONS,
     IOSlot,
     Layout,
     dummy_decode,
@@ -30,6 +32,10 @@ from .io_slots import (
 )
 from .kv_cache import PagedKVCache
 from .model import DTYPES, build_model, model_shape
+
+# the IO buffer's sections that are AttnMeta fields of the same name (the attention groups'
+# tensors): a forward passes their views to AttnMeta by name
+META_SECTIONS = tuple(s for s in SECTIONS if s in {f.name for f in dataclasses.fields(AttnMeta)})
 
 
 @dataclass
@@ -189,19 +195,11 @@ class ModelRunner:
             cache=self.cache,
             num_tokens=layout.num_tokens,
             slot_mapping=v["slots"],
-            dec_tok=v["dec_tok"],
-            dec_bt=v["dec_bt"],
-            dec_ctx=v["dec_ctx"],
             all_decode=layout.all_decode,
-            pre_tok=v["pre_tok"],
-            pre_qlen=v["pre_qlen"],
             pre_qmax=layout.pre_qmax,
-            ext_tok=v["ext_tok"],
-            ext_qlen=v["ext_qlen"],
-            ext_start=v["ext_start"],
-            ext_bt=v["ext_bt"],
             ext_qmax=layout.ext_qmax,
             decode_kernel=self.decode_kernel,
+            **{name: v[name] for name in META_SECTIONS},
         )
         meta.derive()
         keep = v["logits_idx"] if v["logits_idx"] is not None else self._no_logits
