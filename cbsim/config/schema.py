@@ -273,6 +273,8 @@ class OutputConfig:
     report: bool | None = None
     # print the metrics table at the end of the run
     print_table: bool | None = None
+    # a progress bar on stderr for simulations that take over a second (a single run only)
+    progress: bool | None = None
 
     def decided(self, in_sweep: bool) -> OutputConfig:
         """Every None replaced by what this kind of run does."""
@@ -285,6 +287,7 @@ class OutputConfig:
             trace_gzip=pick(self.trace_gzip, False, True),
             report=pick(self.report, True, False),
             print_table=pick(self.print_table, True, False),
+            progress=pick(self.progress, True, False),
         )
 
 

@@ -11,6 +11,7 @@ from cbsim.config.schema import CbsimConfig
 from cbsim.run_setup import RunSetup, setup_run
 from cbsim.sim.host_phases import HostPhases
 from cbsim.sim.loop import LOOPS
+from cbsim.sim.progress import run_with_progress
 from cbsim.trace import Trace, TraceBuilder
 from cbsim.trace import schema as S
 
@@ -73,7 +74,11 @@ def simulate(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        sim.env.run()
+        if config.output.progress is True:
+            total = sum(r.max_new_tokens for r in setup.requests)
+            run_with_progress(sim.env, sim.n, total, f"simulating {engine}")
+        else:
+            sim.env.run()
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trace so far, for the app to keep
         if trace is not None:
             exc.partial_trace = trace.build().mark_incomplete("interrupted")  # type: ignore[attr-defined]
