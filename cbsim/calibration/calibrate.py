@@ -27,6 +27,7 @@ import dataclasses
 
 from cbsim.calibration.forward import fit_forward
 from cbsim.calibration.host import fit_copies, fit_host_phases, fit_wait_launch
+from cbsim.calibration.imported import fit_import_host, fit_import_kernels
 from cbsim.calibration.options import FitOptions
 from cbsim.calibration.recordings import Recorded, label
 from cbsim.calibration.result import Calibration, Row
@@ -49,9 +50,14 @@ def calibrate(
     if name:
         hw.name = name
     cal = Calibration(hw, traces=[label(r.path, r.root) for r in recs])
+    # a profiler import (its run config the command line's): its kernel counts and gaps first,
+    # which the forward fit keeps; its host waits are not the runtime's (not fitted)
+    imports = [r for r in recs if r.imported]
+    fit_import_kernels(imports, cal)
     fit_forward(recs, cal, options or FitOptions())
     fit_copies(recs, cal)
     fit_host_phases(recs, cal)
-    fit_wait_launch(recs, cal)
+    fit_wait_launch([r for r in recs if not r.imported], cal)
     fit_spread(recs, cal)
+    fit_import_host(imports, cal)
     return cal

@@ -86,11 +86,14 @@ def compute_idle(rec: Recorded, fwd: pd.DataFrame, start: np.ndarray) -> np.ndar
 
 
 def host_bound(rec: Recorded, fwd: pd.DataFrame) -> pd.Series:
-    """Eager forwards whose launch took at least half the forward's span: the span then times
-    the host feeding kernels (or blocking inside the launch), not the GPU's work."""
+    """Eager forwards whose launch took at least half the forward's span, or (a Kineto import)
+    whose kernels kept the GPU busy for less than half of it (a first step's one-off set-up):
+    the span then times the host feeding kernels (or blocking inside the launch), not the GPU's
+    work."""
     sp = rec.spans
     launch = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH)].groupby("step")["dur"].max()
-    return ~fwd.graph & (fwd.step.map(launch).fillna(0) >= 0.5 * fwd.dur)
+    idle = fwd.kernel_busy_us < 0.5 * fwd.dur if "kernel_busy_us" in fwd else False
+    return ~fwd.graph & ((fwd.step.map(launch).fillna(0) >= 0.5 * fwd.dur) | idle)
 
 
 @dataclass

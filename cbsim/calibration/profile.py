@@ -62,6 +62,7 @@ def profile_yaml(cal: Calibration, base_name: str) -> str:
         f"# from {len(cal.traces)} trace(s): {traces}",
         f"# starting from (and, for terms the traces cannot determine, keeping) hardware={base_name}.",
         "# Select it with hardware=" + hw.name + "; docs/validation.md says how it was fitted.",
+        *(f"# note: {n}" for n in cal.notes),
         "defaults:",
         "  - hardware_schema",
         "  - _self_",

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from cbsim.calibration.manifest import Manifest, manifest_of
-from cbsim.calibration.run_config import config_of, replay_batches
-from cbsim.calibration.steps import forward_table, span_table
+from cbsim.calibration.run_config import config_of, replay, replay_batches
+from cbsim.calibration.steps import forward_table, span_table, with_replayed_batches
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.trace import Trace, TraceError, read_trace
 from cbsim.trace.merge import is_merged
@@ -83,6 +83,14 @@ class Recorded:
     trace: Trace
     # the recordings directory it was found in (names and manifests are read relative to it)
     root: Path | None = None
+    # the command line's config, taken as the run config of a trace that carries none (a
+    # Kineto import, with extra.workload_from_cli): its forwards get the replayed batches
+    assumed: CbsimConfig | None = None
+
+    @property
+    def imported(self) -> bool:
+        """A trace whose run config is the command line's (a profiler import)."""
+        return self.assumed is not None
 
     @property
     def name(self) -> str:
@@ -131,7 +139,7 @@ class Recorded:
     def config(self) -> CbsimConfig:
         """The run config, with what the runtime reports it actually did (its graph buckets,
         whether graphs ran at all) in place of what was asked for."""
-        cfg = config_of(self.trace, str(self.path))
+        cfg = self.assumed or config_of(self.trace, str(self.path))
         other, eng = self.trace.other_data, cfg.engine
         buckets = other.get("graph_buckets")
         if isinstance(buckets, list) and buckets and all(isinstance(b, int) for b in buckets):
@@ -142,7 +150,10 @@ class Recorded:
 
     @cached_property
     def spans(self) -> pd.DataFrame:
-        return span_table(self.trace)
+        sp = span_table(self.trace)
+        if self.imported:
+            sp = with_replayed_batches(sp, replay(self.config, self.engine))
+        return sp
 
     @cached_property
     def forward(self) -> pd.DataFrame:

@@ -70,6 +70,15 @@ def replay_batches(
 ) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
     """Step -> (query_lens, context_lens) from the shared scheduler, driven in the engine's order
     (async: batch N+1 scheduled before N's update); None for online (Poisson) workloads."""
+    batches = replay(config, engine)
+    if batches is None:
+        return None
+    return {int(b.step): (np.array(b.query_lens), np.array(b.context_lens)) for b in batches}
+
+
+def replay(config: CbsimConfig, engine: str) -> list | None:
+    """The scheduler's batches (``cbsim.scheduler.Batch``, read-only) in step order, driven in
+    the engine's order; None for online (Poisson) workloads or a workload that cannot run."""
     from cbsim.scheduler import Scheduler, default_num_kv_blocks, run_to_completion
     from cbsim.workload import make_requests
 
@@ -79,21 +88,17 @@ def replay_batches(
     requests = make_requests(w, config.model.vocab_size)
     sched = Scheduler(w, default_num_kv_blocks(w, requests))
     sched.add_all(requests)
-    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def keep(batch, _prev) -> None:
-        out[int(batch.step)] = (np.array(batch.query_lens), np.array(batch.context_lens))
-
+    out: list = []
     try:
         run_to_completion(
             sched,
             lambda b: np.ones(b.num_samples, dtype=np.int64),
             overlap=engine == "async",
-            on_batch=keep,
+            on_batch=lambda batch, _prev: out.append(batch),
         )
     except (RuntimeError, ValueError):
         return None
-    return out
+    return sorted(out, key=lambda b: int(b.step))
 
 
 def hardware_from(data: dict[str, Any]) -> HardwareConfig:

@@ -11,8 +11,32 @@ from cbsim.trace import schema as S
 
 
 def span_table(trace: Trace) -> pd.DataFrame:
-    """The trace's span table plus the args calibration reads: copy ``bytes``, ``carry_over_us``."""
-    return trace.span_frame({"bytes": None, "carry_over_us": None})
+    """The trace's span table plus the args calibration reads: copy ``bytes``, ``carry_over_us``,
+    and a Kineto import's per-forward ``kernels`` and ``kernel_busy_us``."""
+    return trace.span_frame(
+        {"bytes": None, "carry_over_us": None, "kernels": None, "kernel_busy_us": None}
+    )
+
+
+def with_replayed_batches(sp: pd.DataFrame, batches: list | None) -> pd.DataFrame:
+    """A Kineto import's span table with each forward's batch args (requests, tokens, kind)
+    from the scheduler replayed on the workload it is said to have run: the n-th forward (in
+    time order) is the n-th batch. Forwards beyond the replay keep no batch (left out of the
+    fit) and take the batch's step number."""
+    sp = sp.copy()
+    lane = gpu_lane(sp)
+    fwd = sp[(sp.lane == lane) & sp.name.isin(S.FORWARD_NAMES)].sort_values("ts")
+    sp["kind"] = sp["kind"].astype(object)
+    for (idx, _), batch in zip(fwd.iterrows(), batches or []):
+        sp.loc[idx, ["step", "requests", "query_tokens", "kv_tokens", "new_tokens"]] = [
+            int(batch.step),
+            len(batch),
+            int(batch.query_tokens),
+            int(batch.kv_tokens),
+            int(batch.num_samples),
+        ]
+        sp.loc[idx, "kind"] = batch.kind
+    return sp
 
 
 def gpu_lane(spans: pd.DataFrame) -> str:

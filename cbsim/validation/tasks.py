@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from cbsim.calibration.calibrate import FitOptions, calibrate
+from cbsim.calibration.imported import assume_cli_config, has_run_config
+from cbsim.calibration.predict import import_check, predict_speedup, prediction_lines
 from cbsim.calibration.profile import write_profile
 from cbsim.calibration.recordings import Recorded, label, load, recordings_root, resolve_traces
 from cbsim.config import CbsimConfig, ConfigError
@@ -39,6 +41,8 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "profile": "name of the profile written (default <hardware.name>_calibrated)",
         "install": "also install it into the user config directory ($CBSIM_CONFIG_DIR, else "
         "~/.config/cbsim), where hardware=<profile> finds it",
+        "workload_from_cli": "a trace without a run config (a Kineto import) ran the command "
+        "line's model, workload and engine: calibrate on it and predict the async speedup",
     },
     "validate": {
         **_SHARED,
@@ -68,9 +72,13 @@ def run_validation_task(
             "+experiment=calibrate / validate set the recorded ones)"
         )
     root = recordings_root(config.extra.get("recordings"))
-    recs = runtime_traces(load(resolve_traces(list(config.trace), root), root))
+    recs = load(resolve_traces(list(config.trace), root), root)
+    assumed = []
+    if config.task == "calibrate" and config.extra.get("workload_from_cli", False):
+        assumed = assume_cli_config(recs, config)
+    recs = runtime_traces(recs)
     if config.task == "calibrate":
-        return run_calibrate(config, recs, run_dir)
+        return run_calibrate(config, recs, run_dir, assumed)
     return run_validate(config, recs, run_dir, root)
 
 
@@ -102,9 +110,12 @@ def runtime_traces(recs: list[Recorded]) -> list[Recorded]:
     keep = [
         r
         for r in recs
-        if r.trace.source in ("runtime", "sim")
-        and ("config" in r.trace.other_data or "config_overrides" in r.trace.other_data)
-        and "_partial" not in r.path.name
+        if r.imported
+        or (
+            r.trace.source in ("runtime", "sim")
+            and has_run_config(r)
+            and "_partial" not in r.path.name
+        )
     ]
     for r in recs:
         if r not in keep:
@@ -112,12 +123,15 @@ def runtime_traces(recs: list[Recorded]) -> list[Recorded]:
     if not keep:
         raise ConfigError(
             "none of the traces carries a run config (otherData.config); pass "
-            "traces written by python -m cbsim (mode=runtime)"
+            "traces written by python -m cbsim (mode=runtime), or (calibrate, a Kineto import) "
+            "give the model, workload and engine it ran and extra.workload_from_cli=true"
         )
     return keep
 
 
-def run_calibrate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> dict[str, Any]:
+def run_calibrate(
+    config: CbsimConfig, recs: list[Recorded], run_dir: Path, assumed: list[str] | None = None
+) -> dict[str, Any]:
     extra = config.extra
     name = str(extra.get("profile") or f"{config.hardware.name}_calibrated")
     stacks = sorted({r.stack for r in recs})
@@ -128,19 +142,27 @@ def run_calibrate(config: CbsimConfig, recs: list[Recorded], run_dir: Path) -> d
             len(stacks),
             ", ".join(stacks),
         )
+    if any(r.imported for r in recs) and not all(r.imported for r in recs):
+        log.warning(
+            "a profiler import calibrated with recorded runtime traces: one profile over two "
+            "engines (the import's kernel counts and host time apply to both)"
+        )
     cal = calibrate(recs, config.hardware, name, fit_options(extra))
+    table = cal.table()
+    cal.notes[:0] = assumed or []  # in calibration.json and the profile's header
     paths = write_profile(cal, config.hardware.name, run_dir, bool(extra.get("install", False)))
-    write_json(run_dir / "calibration.json", cal.as_dict())
+    out = {"task": "calibrate", "profile": name, "profile_paths": [str(p) for p in paths]}
+    lines = []
+    if any(r.imported for r in recs):
+        checks = [import_check(r, cal.hardware) for r in recs if r.imported]
+        out["imports"], out["prediction"] = checks, predict_speedup(config, cal.hardware)
+        lines = prediction_lines(out["prediction"], checks)
+    write_json(run_dir / "calibration.json", {**cal.as_dict(), **out})
     if config.output.print_table:
-        print(f"calibrated {name} on {len(recs)} trace(s); residuals (predicted vs recorded):")
-        print(cal.table())
+        head = f"calibrated {name} on {len(recs)} trace(s); residuals (predicted vs recorded):"
+        print("\n".join([*(assumed or []), head, table, *lines]))
         print("profile: " + ", ".join(str(p) for p in paths))
-    return {
-        "task": "calibrate",
-        "profile": name,
-        "profile_paths": [str(p) for p in paths],
-        **cal.as_dict(),
-    }
+    return {**out, **cal.as_dict()}
 
 
 def held_out_results(
