@@ -29,6 +29,7 @@ from cbsim.calibration.forward import fit_forward
 from cbsim.calibration.host import fit_copies, fit_host_phases, fit_wait_launch
 from cbsim.calibration.imported import fit_import_host, fit_import_kernels
 from cbsim.calibration.options import FitOptions
+from cbsim.calibration.progress import progress
 from cbsim.calibration.recordings import Recorded, label
 from cbsim.calibration.result import Calibration, Row
 from cbsim.calibration.spread import fit_spread
@@ -53,11 +54,16 @@ def calibrate(
     # a profiler import (its run config the command line's): its kernel counts and gaps first,
     # which the forward fit keeps; its host waits are not the runtime's (not fitted)
     imports = [r for r in recs if r.imported]
-    fit_import_kernels(imports, cal)
-    fit_forward(recs, cal, options or FitOptions())
-    fit_copies(recs, cal)
-    fit_host_phases(recs, cal)
-    fit_wait_launch([r for r in recs if not r.imported], cal)
-    fit_spread(recs, cal)
-    fit_import_host(imports, cal)
+    options = options or FitOptions()
+    stages = [
+        ("kernels", lambda: fit_import_kernels(imports, cal)),
+        ("forward", lambda: fit_forward(recs, cal, options)),
+        ("copies", lambda: fit_copies(recs, cal)),
+        ("host phases", lambda: fit_host_phases(recs, cal)),
+        ("wait and launch", lambda: fit_wait_launch([r for r in recs if not r.imported], cal)),
+        ("host spread", lambda: fit_spread(recs, cal)),
+        ("import host", lambda: fit_import_host(imports, cal)),
+    ]
+    for _, fit in progress(stages, len(stages), "calibrating", options.progress):
+        fit()
     return cal

@@ -13,6 +13,8 @@ class FitOptions:
     # with the other terms where the first fit ended), 3 (+ the end of a fit that held the
     # efficiencies near their start)
     starts: int = 3
+    # a bar over the fit's stages (the calibrate task; off inside a validation's many fits)
+    progress: bool = False
 
     def __post_init__(self) -> None:
         if self.forward_samples < 8:

@@ -11,9 +11,9 @@ import dataclasses
 from typing import Any
 
 from cbsim.bands import band, scaled_host, speed_factors
+from cbsim.calibration.progress import progress
 from cbsim.config.schema import HardwareConfig
 from cbsim.validation.measure import measure, simulate_like
-from cbsim.validation.progress import progress
 from cbsim.validation.runs import BANDED, RunResult
 from cbsim.validation.speedup import Speedup
 

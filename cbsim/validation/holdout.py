@@ -14,9 +14,9 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from cbsim.calibration.calibrate import Calibration, FitOptions, calibrate
+from cbsim.calibration.progress import progress
 from cbsim.calibration.recordings import Recorded
 from cbsim.config.schema import HardwareConfig
-from cbsim.validation.progress import progress
 from cbsim.validation.runs import RunResult, validate_run
 
 log = logging.getLogger("cbsim")

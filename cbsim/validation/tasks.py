@@ -6,6 +6,7 @@ and validate.yaml set them, docs/validation.md explains them); the app refuses a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -33,6 +34,7 @@ _SHARED = {
     "relative trace paths are tried against it after the working directory",
     "forward_samples": "forward spans used per trace by the forward fit (8 or more)",
     "starts": "starts of the forward fit, the best kept (1, 2 or 3)",
+    "progress": "show a progress bar with an ETA on stderr",
 }
 # task -> the extra keys it accepts, each with what it does
 EXTRA_KEYS: dict[str, dict[str, str]] = {
@@ -54,7 +56,6 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "jobs": "worker processes for the fits (0: one per CPU)",
         "bands": "draw P5-P95 bands from the profile's host-speed spread and say whether each "
         "recording lies inside: true, false, or auto (when a run is predicted from other calls)",
-        "progress": "show a progress bar with an ETA on stderr",
         "report": "write validation.html",
         "save_sim_traces": "also write each simulated trace",
     },
@@ -147,7 +148,8 @@ def run_calibrate(
             "a profiler import calibrated with recorded runtime traces: one profile over two "
             "engines (the import's kernel counts and host time apply to both)"
         )
-    cal = calibrate(recs, config.hardware, name, fit_options(extra))
+    options = dataclasses.replace(fit_options(extra), progress=bool(extra.get("progress", True)))
+    cal = calibrate(recs, config.hardware, name, options)
     table = cal.table()
     cal.notes[:0] = assumed or []  # in calibration.json and the profile's header
     paths = write_profile(cal, config.hardware.name, run_dir, bool(extra.get("install", False)))

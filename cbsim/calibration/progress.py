@@ -1,4 +1,4 @@
-"""A progress bar with an ETA for the long parts of a validation (tqdm when installed, else one
+"""A progress bar with an ETA for the long parts of a calibration or a validation (tqdm when installed, else one
 log line per item), on stderr so the printed tables stay clean."""
 
 from __future__ import annotations
