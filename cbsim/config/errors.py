@@ -67,7 +67,12 @@ def _describe_key_error(cause: OmegaConfBaseException, outer: str) -> str | None
     leaf = key.rsplit(".", 1)[-1]
     first = str(cause).splitlines()[0].strip()
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
-        allowed = ", ".join(sorted(f.name for f in dataclasses.fields(schema))) if known else "?"
+        if known:
+            names = [f.name for f in dataclasses.fields(schema)]
+        else:  # a free-form dict (extra): the keys it holds are the ones the task declared
+            node = getattr(cause, "parent_node", None)
+            names = [str(k) for k in node.keys()] if hasattr(node, "keys") else []
+        allowed = ", ".join(sorted(names)) or "none (nothing is declared here)"
         return f"{key} is not a key here; allowed: {allowed}"
     if isinstance(cause, ValidationError):
         given = outer.split("override ", 1)[-1].strip() if "override " in outer else key
