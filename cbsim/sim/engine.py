@@ -68,24 +68,7 @@ def simulate(
     sim = HostPhases(config, setup, trace)
     sim.fast_forward_on = fast_forward
     sim.env.process(LOOPS[engine](sim))
-    # A run builds ~10^5 long-lived dicts and frees nothing cyclic until it ends: the cyclic
-    # garbage collector would rescan them again and again (a third of the run time), so it is
-    # paused for the run and its garbage collected afterwards.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        if config.output.progress is True:
-            total = sum(r.max_new_tokens for r in setup.requests)
-            run_with_progress(sim.env, sim.n, total, f"simulating {engine}")
-        else:
-            sim.env.run()
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trace so far, for the app to keep
-        if trace is not None:
-            exc.partial_trace = trace.build().mark_incomplete("interrupted")  # type: ignore[attr-defined]
-        raise
-    finally:
-        if was_enabled:
-            gc.enable()
+    _run(sim, config, setup, engine, trace)
     mem = memory(sim, setup)
     if not mem["fits_device"]:
         # a what-if may exceed the device on purpose (llama3_70b on one H200): say so, run anyway
@@ -111,6 +94,31 @@ def simulate(
         "counters": None,
     }
     return SimResult(engine, None, tables, mem, counts)
+
+
+def _run(
+    sim: HostPhases, config: CbsimConfig, setup: RunSetup, engine: str, trace: TraceBuilder | None
+) -> None:
+    """The SimPy environment run to its end, with the collector paused and a progress bar when
+    asked; an interrupt hands the trace so far to the app."""
+    # A run builds ~10^5 long-lived dicts and frees nothing cyclic until it ends: the cyclic
+    # garbage collector would rescan them again and again (a third of the run time), so it is
+    # paused for the run and its garbage collected afterwards.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if config.output.progress is True:
+            total = sum(r.max_new_tokens for r in setup.requests)
+            run_with_progress(sim.env, sim.n, total, f"simulating {engine}")
+        else:
+            sim.env.run()
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trace so far, for the app to keep
+        if trace is not None:
+            exc.partial_trace = trace.build().mark_incomplete("interrupted")  # type: ignore[attr-defined]
+        raise
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def memory(sim: HostPhases, setup: RunSetup) -> dict[str, Any]:
