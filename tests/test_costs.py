@@ -5,28 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
 import pytest
+from cost_shapes import Shape
 
 from cbsim.config.schema import CbsimConfig, GpuCosts, HardwareConfig, HostCosts, PhaseCost
 from cbsim.costs import CostModel
-
-
-class Shape:
-    """What CostModel.forward reads from a scheduler Batch."""
-
-    def __init__(self, query_lens, context_lens, kind="decode"):
-        self.query_lens = np.asarray(query_lens, dtype=np.int64)
-        self.context_lens = np.asarray(context_lens, dtype=np.int64)
-        self.start_pos = self.context_lens - self.query_lens
-        self.query_tokens = int(self.query_lens.sum())
-        self.kv_tokens = int(self.context_lens.sum())
-        self.num_samples = len(self.query_lens)
-        self.num_requests = len(self.query_lens)
-        self.kind = kind
-
-    def __len__(self):
-        return self.num_requests
 
 
 def decode(requests, context):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, make_config
+from cost_shapes import Shape
 
 from cbsim.config import ConfigError
 from cbsim.config.schema import CbsimConfig, HardwareConfig
@@ -18,22 +19,6 @@ from cbsim.costs.kernels import KernelCosts
 
 H200 = REPO / "experiments" / "kernels" / "h200"
 SHAPE_8B = (32, 128, 8)  # query heads, head dim, kv heads
-
-
-class Shape:
-    """What CostModel.forward reads from a scheduler Batch."""
-
-    def __init__(self, query_lens, context_lens, kind="decode"):
-        self.query_lens = np.asarray(query_lens, dtype=np.int64)
-        self.context_lens = np.asarray(context_lens, dtype=np.int64)
-        self.start_pos = self.context_lens - self.query_lens
-        self.query_tokens = int(self.query_lens.sum())
-        self.kv_tokens = int(self.context_lens.sum())
-        self.num_samples = self.num_requests = len(self.query_lens)
-        self.kind = kind
-
-    def __len__(self):
-        return self.num_requests
 
 
 def table_rows(path: Path) -> list[list[str]]:
