@@ -138,8 +138,53 @@ class HostSpread:
 
 
 @dataclass
+class HostRegimes:
+    """The host's speed switching between two levels over time (a VM-level effect, invisible to
+    the guest: experiments/runtime/h200_run10_diag): the fitted host costs are the fast level,
+    and while the host is slow every host cost is ``slow_factor`` times longer. The level is a
+    two-state continuous-time Markov process with exponential dwell times of these means. A plain
+    simulation runs the host at the expected factor; a band's draw (cbsim/bands.py) draws one
+    realization (cbsim/sim/host_speed.py). Not frozen: Hydra overrides a frozen node not at all."""
+
+    # every host cost times this while the host is slow (1 = one level)
+    slow_factor: float = 1.0
+    # mean seconds at the fast level before the host turns slow
+    fast_dwell_s: float = 1.0
+    # mean seconds at the slow level before it turns fast again (0 = never slow)
+    slow_dwell_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_range("hardware.host.regimes.slow_factor", self.slow_factor, 1.0, 100.0)
+        check_keys(
+            "hardware.host.regimes",
+            self,
+            ("fast_dwell_s",),
+            lambda v: math.isfinite(v) and 0.0 < v <= 1e6,
+            "> 0 and <= 1e6 (seconds)",
+        )
+        check_range("hardware.host.regimes.slow_dwell_s", self.slow_dwell_s, 0.0, 1e6)
+
+    @property
+    def slow_share(self) -> float:
+        """The stationary share of time at the slow level."""
+        return self.slow_dwell_s / (self.fast_dwell_s + self.slow_dwell_s)
+
+    @property
+    def expected_factor(self) -> float:
+        """The time-average host-cost factor: what a plain (point) simulation charges."""
+        share = self.slow_share
+        return self.slow_factor * share + (1.0 - share) if share > 0 else 1.0
+
+    @property
+    def switching(self) -> bool:
+        """Whether there are two levels at all (a slow level that is slower and ever in force)."""
+        return self.slow_factor > 1.0 and self.slow_dwell_s > 0.0
+
+
+@dataclass
 class HostCosts:
-    """CPU-side costs of the batching loop, microseconds (the stack's, not the silicon's)."""
+    """CPU-side costs of the batching loop, microseconds (the stack's, not the silicon's), at the
+    host's fast level (``regimes`` says how much slower, and how often, it runs)."""
 
     schedule: PhaseCost = field(default_factory=PhaseCost)
     prepare: PhaseCost = field(default_factory=PhaseCost)
@@ -163,6 +208,8 @@ class HostCosts:
     stall_us: float = 0.0
     stall_every_steps: int = 0
     spread: HostSpread = field(default_factory=HostSpread)
+    # the host's two speed levels over time; the costs above are the fast level
+    regimes: HostRegimes = field(default_factory=HostRegimes)
 
     def __post_init__(self) -> None:
         for phase in ("schedule", "prepare", "update"):
