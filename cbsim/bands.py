@@ -1,10 +1,13 @@
 """Bands: how sure the simulator is, from the measured spread of host speed.
 
 One simulation answers with one number, but the same run in two calls of the GPU machine does not
-(the host is faster or slower between calls, and from step to step within a run). The profile
-carries both spreads (``hardware.host.spread``); ``predict_bands(cfg)`` simulates both engines
-``draws`` times, each draw with every host cost multiplied by a host-speed factor (log-normal with
-``between_calls``, drawn stratified so a few draws span the distribution) and, when
+(the host is faster or slower between calls, it switches between a fast and a slow level within
+a run, and it varies from step to step). The profile carries all three (``hardware.host.spread``,
+``hardware.host.regimes``); ``predict_bands(cfg)`` simulates both engines ``draws`` times, each
+draw with every host cost multiplied by a host-speed factor (log-normal with ``between_calls``,
+drawn stratified so a few draws span the distribution), the host's level over time one seeded
+realization of the regimes' two-state process (cbsim/sim/host_speed.py: a short run sees few
+switches and lands mostly fast or mostly slow, a long one averages them out) and, when
 ``within_run`` is set, each host phase varied step to step around it; with
 ``hardware.gpu.spread.forward_error`` every forward also takes a drawn factor, the GPU model's own error
 on runs it was not fitted on (a GPU-bound async run does not move with the host). It reports P5, median and
@@ -13,6 +16,7 @@ P95 of total time, GPU idle and the async speedup. Seeded: the same config gives
 The dict (JSON-ready; for metrics.json, the printed table, the report, a sweep's summary)::
 
     {"draws": 9, "seed": 0, "between_calls": 0.29, "within_run": 0.23, "forward_error": 0.03,
+     "regimes": {"slow_factor": 2.2, "fast_dwell_s": 1.0, "slow_dwell_s": 0.6},
      "quantiles": ["p5", "median", "p95"],
      "sync":  {"total_time_s": {"p5": .., "median": .., "p95": ..},
                "gpu_idle_fraction": {"p5": .., "median": .., "p95": ..}},
@@ -48,7 +52,8 @@ def speed_factors(between_calls: float, draws: int, seed: int) -> list[float]:
 
 
 def scaled_host(host: HostCosts, factor: float, seed: int) -> HostCosts:
-    """Every host cost times ``factor``; step-to-step jitter on, seeded per draw."""
+    """Every host cost times ``factor``; a draw's own variation on, seeded per draw: the
+    step-to-step jitter and one realization of the host's regimes."""
 
     def phase(p: PhaseCost) -> PhaseCost:
         return PhaseCost(*(factor * getattr(p, f.name) for f in dataclasses.fields(PhaseCost)))
@@ -121,6 +126,7 @@ def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
         "between_calls": spread.between_calls,
         "within_run": spread.within_run,
         "forward_error": cfg.hardware.gpu.spread.forward_error,
+        "regimes": dataclasses.asdict(cfg.hardware.host.regimes),
         "quantiles": list(QUANTILES),
     }
     for engine in ("sync", "async"):
@@ -128,6 +134,16 @@ def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
     speedups = [d["sync"]["total_time_s"] / d["async"]["total_time_s"] for d in draws]
     result["speedup"] = band(speedups)
     return result
+
+
+def _regimes_text(regimes: dict[str, float] | None) -> str:
+    """The regimes in the band's header line, when the host has two levels."""
+    if not regimes or regimes["slow_factor"] <= 1 or regimes["slow_dwell_s"] <= 0:
+        return ""
+    return (
+        f", a slow level x{regimes['slow_factor']:g} (mean stays {regimes['fast_dwell_s']:g} s "
+        f"fast, {regimes['slow_dwell_s']:g} s slow)"
+    )
 
 
 def format_bands(bands: dict[str, Any]) -> str:
@@ -138,8 +154,9 @@ def format_bands(bands: dict[str, Any]) -> str:
 
     lines = [
         f"band: P5 / median / P95 over {bands['draws']} draws of host speed (spread "
-        f"{bands['between_calls']:g} between calls, {bands['within_run']:g} within a run) and "
-        f"of the forward model's error ({bands['forward_error']:g})"
+        f"{bands['between_calls']:g} between calls, {bands['within_run']:g} within a run"
+        f"{_regimes_text(bands.get('regimes'))}) and of the forward model's error "
+        f"({bands['forward_error']:g})"
     ]
     for engine in ("sync", "async"):
         b = bands[engine]

@@ -3,9 +3,10 @@
 In steady decode (the same requests, one token each, contexts growing by one) nothing can change
 for a while when no arrival could be admitted, nobody samples EOS or a last output, the KV cache
 has the blocks, and the engine is a clean one (three streams, event waits, an IO slot per batch
-in flight; graph replays or eager launches, a band's host jitter and forward scale alike). Every
-step then runs the same host phases and stream operations with costs that depend only on the
-step. ``plan`` says how many such steps lie ahead; ``costs_of`` computes their costs at once
+in flight; graph replays or eager launches, a band's host jitter and forward scale alike), and
+the host's speed (host_speed.py) stays at one level: a stretch keeps only the steps whose host
+phases all start before the level switches. Every step then runs the same host phases and stream
+operations with costs that depend only on the step. ``plan`` says how many such steps lie ahead; ``costs_of`` computes their costs at once
 (numpy, elementwise: the same float operations the step-by-step path does, checked against it at
 both ends); stretch_loop.py runs the host's timing recurrence over them with the very operations
 and order of host_phases.py and launch.py; stretch_record.py and stretch_state.py record the
@@ -15,6 +16,8 @@ steps and leave scheduler, streams, IO slots and counters as stepping would have
 from __future__ import annotations
 
 import copy
+import math
+from bisect import bisect_left
 
 import numpy as np
 
@@ -110,20 +113,22 @@ def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> Stre
     if phases is None:
         return None
     h2d_bytes = costs.h2d_bytes(n, n, n, blocks)
+    f = host.speed.factor_at(host.env.now)  # the level the stretch stays in (fast_forward)
     return StretchCosts(
         kv_tokens=kv.tolist(),
-        schedule=_phase(phases[0], k),
-        prepare=_phase(phases[1], k),
-        update=_phase(phases[2], k),
+        schedule=_phase(phases[0] * f, k),
+        prepare=_phase(phases[1] * f, k),
+        update=_phase(phases[2] * f, k),
         h2d=costs.h2d_us(h2d_bytes).tolist(),
         h2d_bytes=h2d_bytes.tolist(),
-        stage=(hc.launch_per_block_us * blocks).tolist(),
+        stage=((f * hc.launch_per_block_us) * blocks).tolist(),
         forward=fwd_total,
         opened=dec._opened(k),
         last_forward=last,
         graph=graph,
         kernels=last.kernels,
         carry_us=last.carry_over_us,
+        factor=f,
     )
 
 
@@ -220,8 +225,10 @@ def fast_forward(host: HostState, inflight: Launched | None):
         return inflight
     first_wait = inflight.d2h_done.time if is_async else None
     queued = list(host.launch_queue.ops)  # run_stretch pushes every step it runs
-    tl = run_stretch(host, k, c, first_wait, admit_at, host.n["updates"])
-    k = tl.steps - (tl.steps % 2 if is_async else 0)
+    switch_at = host.speed.next_switch(host.env.now)
+    tl = run_stretch(host, k, c, first_wait, admit_at, host.n["updates"], switch_at)
+    k = tl.steps if switch_at == math.inf else bisect_left(tl.update, switch_at)
+    k -= k % 2 if is_async else 0
     if k < (2 if is_async else 1):
         host.launch_queue.ops = queued
         return inflight

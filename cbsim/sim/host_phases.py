@@ -1,8 +1,9 @@
 """The host thread's phases, which the loops in loop.py are written in.
 
-Each phase is a generator the host process ``yield from``s: it costs host time (costs.py), writes
-its span, and touches the streams and IO slots (the launch phase's stream work: launch.py). Time
-is in microseconds; the shared scheduler sees seconds. The scheduler is cbsim.scheduler, the very
+Each phase is a generator the host process ``yield from``s: it costs host time (costs.py, times
+the host's speed factor when the phase starts: host_speed.py), writes its span, and touches the
+streams and IO slots (the launch phase's stream work: launch.py). Time is in microseconds; the
+shared scheduler sees seconds. The scheduler is cbsim.scheduler, the very
 one the runtime drives, built by cbsim.run_setup as the runtime's is.
 """
 
@@ -55,8 +56,9 @@ class HostPhases(HostState):
         if values != self._last_counters:  # the counter track steps only where it changes
             self.rec.counter(S.SCHEDULER_COUNTER, now, values)
             self._last_counters = values
+        factor = self.speed.factor_at(now)
         if batch is None:
-            yield self._phase(S.SCHEDULE, self.costs.schedule_us(0, 0), NO_BATCH)
+            yield self._phase(S.SCHEDULE, self.costs.schedule_us(0, 0) * factor, NO_BATCH)
             return None
         if batch.num_prefill:  # a request's first admission ends its queue time
             self._scheduled_instants(batch, now)
@@ -64,7 +66,7 @@ class HostPhases(HostState):
         cost = costs.schedule_us(
             requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
         )
-        yield self._phase(S.SCHEDULE, cost, batch_args(batch))
+        yield self._phase(S.SCHEDULE, cost * factor, batch_args(batch))
         return batch
 
     def _scheduled_instants(self, batch: Batch, now: float) -> None:
@@ -108,7 +110,7 @@ class HostPhases(HostState):
         cost = costs.prepare_us(
             requests, batch.query_tokens, costs.kv_blocks(batch.kv_tokens, requests)
         )
-        yield self._phase(S.PREPARE, cost, args)
+        yield self._phase(S.PREPARE, cost * self.speed.factor_at(now), args)
 
     def launch(self, batch: Batch, slot: IOSlot, prev: Launched | None):
         """Enqueue H2D -> compute -> D2H, ordered by events (one graph launch, or every kernel
@@ -167,9 +169,10 @@ class HostPhases(HostState):
         """Block until the batch's sampled tokens are on the host (its d2h_done event; on the
         legacy default stream, a device-wide sync)."""
         now, host = self.env.now, self.costs.host
+        factor = self.speed.factor_at(now)
         event = self.device.sync_point(launched.d2h_done)
         blocked = event.time - now
-        dur = blocked + host.sync_wake_us if blocked > 0 else host.event_us
+        dur = blocked + factor * host.sync_wake_us if blocked > 0 else factor * host.event_us
         self.n["host_blocks"] += 1
         self.n["host_blocked_us"] += dur
         yield self._phase(S.WAIT, dur, launched.args)
@@ -200,10 +203,12 @@ class HostPhases(HostState):
             self.n["requests_finished"] += 1
         self.last_updated = launched
         costs, requests = self.costs, batch.num_requests
+        factor = self.speed.factor_at(now)
         dur = costs.update_us(
             requests, batch.num_samples, costs.kv_blocks(batch.kv_tokens, requests)
         )
-        stall = self.costs.stall_us(self.n["updates"])
+        dur *= factor
+        stall = self.costs.stall_us(self.n["updates"]) * factor
         self.n["updates"] += 1
         args = launched.args
         if stall:

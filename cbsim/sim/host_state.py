@@ -1,5 +1,6 @@
-"""What the simulated host thread holds and counts: the scheduler, the cost model, the device
-(streams), the launch queue, the IO slots, the recorder, the batches it launched, its counters.
+"""What the simulated host thread holds and counts: the scheduler, the cost model, the host's
+speed, the device (streams), the launch queue, the IO slots, the recorder, the batches it
+launched, its counters.
 
 host_phases.py adds the phases that change it; launch.py and the fast-forward (fast_forward.py
 and the stretch modules) work on it too.
@@ -15,6 +16,7 @@ from cbsim.config.schema import CbsimConfig
 from cbsim.run_setup import RunSetup
 from cbsim.scheduler import Batch
 from cbsim.sim.clock import Clock
+from cbsim.sim.host_speed import HostSpeed
 from cbsim.sim.io_slots import IOSlot, SlotTracker
 from cbsim.sim.recorder import Recorder
 from cbsim.sim.streams import CudaEvent, Device, LaunchQueue, Op
@@ -60,6 +62,7 @@ class HostState:
         w = config.workload
         self.requests = setup.requests
         self.costs = setup.costs
+        self.speed = HostSpeed.of(config.hardware.host)  # every host cost times its factor
         self.sampler = Sampler(self.requests, w.ignore_eos, config.model.vocab_size, w.batch_size)
         self.sched = setup.scheduler
         self.device = Device(self.engine.streams)

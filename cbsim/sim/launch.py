@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cbsim.config.hardware import HostCosts
 from cbsim.costs import ForwardCost
 from cbsim.scheduler import Batch
 from cbsim.sim.host_state import HostState, Launched
@@ -31,6 +32,28 @@ class StepPlan:
     kv_blocks: int  # block-table entries (costs.kv_blocks)
     h2d_bytes: int
     d2h_bytes: int
+
+
+@dataclass(slots=True, frozen=True)
+class LaunchHost:
+    """A launch's host costs (microseconds) at the host's speed factor when it starts; the
+    steady stretch (stretch_loop.py) charges the very same products."""
+
+    per_block: float  # launch_per_block_us: staging one block-table entry
+    copy: float  # copy_launch_us
+    event: float  # event_us: record one event or make a stream wait on one
+    graph: float  # graph_launch_us
+    kernel: float  # kernel_launch_us
+
+    @classmethod
+    def at(cls, hc: HostCosts, factor: float) -> LaunchHost:
+        return cls(
+            factor * hc.launch_per_block_us,
+            factor * hc.copy_launch_us,
+            factor * hc.event_us,
+            factor * hc.graph_launch_us,
+            factor * hc.kernel_launch_us,
+        )
 
 
 def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
@@ -63,24 +86,26 @@ def enqueue_step(
     host: HostState, batch: Batch, slot: IOSlot, prev: Launched | None, plan: StepPlan
 ) -> tuple[Op, Op, Op, CudaEvent, float, float]:
     """Enqueue the step's three operations from host time ``host.env.now``; returns them, the
-    D2H event, the forward's duration on the stream and the host time the launch ends."""
+    D2H event, the forward's duration on the stream and the host time the launch ends. Every
+    host cost is charged at the host's speed when the launch starts."""
     costs, hc, dev, tracker = host.costs, host.costs.host, host.device, host.slots
     waits, step, vc, graph = host.engine.event_waits, batch.step, dev.host_vc, plan.graph
+    hs = LaunchHost.at(hc, host.speed.factor_at(host.env.now))
     fwd = plan.forward
     fwd_us = fwd.total_us
     # stage the block tables, then H2D: pinned inputs -> device inputs, record h2d_done
-    t = host.env.now + hc.launch_per_block_us * plan.kv_blocks + hc.copy_launch_us
+    t = host.env.now + hs.per_block * plan.kv_blocks + hs.copy
     h2d = dev.h2d.enqueue(S.COPY_H2D, t, costs.h2d_us(plan.h2d_bytes), vc)
     tracker.read(slot, slot.pinned_in, h2d, h2d.vc, step, h2d.lane, h2d.start)
     tracker.write(slot, slot.dev_in, h2d, h2d.vc, step, h2d.lane, h2d.start)
-    t += hc.event_us
+    t += hs.event
     h2d_done = dev.h2d.record()
     # compute: wait on h2d_done, carry-over scatter, forward; record compute_done
-    t += hc.event_us
+    t += hs.event
     if costs.idle_slowdown and dev.compute.seq:
         # a compute stream that sat idle runs this forward slower
         tail = dev.compute.tail
-        begin = max(t + (hc.graph_launch_us if graph else hc.kernel_launch_us), tail)
+        begin = max(t + (hs.graph if graph else hs.kernel), tail)
         if waits and h2d_done.time > begin:
             begin = h2d_done.time
         slow = costs.idle_slowdown_us(begin - tail)
@@ -89,11 +114,11 @@ def enqueue_step(
             fwd.overhead_us += slow
     ready = (h2d_done,) if waits else ()
     if graph:
-        t += hc.graph_launch_us
+        t += hs.graph
         compute = dev.compute.enqueue(S.GRAPH_REPLAY, t, fwd_us, vc, ready)
     else:
-        first = t + hc.kernel_launch_us
-        t += hc.kernel_launch_us * fwd.kernels
+        first = t + hs.kernel
+        t += hs.kernel * fwd.kernels
         # the GPU cannot finish before the host has launched the last kernel
         compute = dev.compute.enqueue(
             S.FORWARD, first, fwd_us, vc, ready, not_before_end=t + fwd_us / fwd.kernels
@@ -113,19 +138,25 @@ def enqueue_step(
             kind="carry_over_before_ready",
         )
     tracker.write(slot, slot.dev_out, compute, compute.vc, step, compute.lane, compute.start)
-    t += hc.event_us
-    d2h, t = _enqueue_d2h(host, slot, step, plan, dev.compute.record(), t)
+    t += hs.event
+    d2h, t = _enqueue_d2h(host, slot, step, plan, dev.compute.record(), t, hs)
     return h2d, compute, d2h, dev.d2h.record(), fwd_us, t
 
 
 def _enqueue_d2h(
-    host: HostState, slot: IOSlot, step: int, plan: StepPlan, compute_done: CudaEvent, t: float
+    host: HostState,
+    slot: IOSlot,
+    step: int,
+    plan: StepPlan,
+    compute_done: CudaEvent,
+    t: float,
+    hs: LaunchHost,
 ) -> tuple[Op, float]:
     """D2H: wait on compute_done, copy the sampled tokens (d2h_done is recorded after it)."""
-    hc, dev, tracker = host.costs.host, host.device, host.slots
-    t += hc.event_us + hc.copy_launch_us
+    dev, tracker = host.device, host.slots
+    t += hs.event + hs.copy
     ready = (compute_done,) if host.engine.event_waits else ()
     d2h = dev.d2h.enqueue(S.COPY_D2H, t, host.costs.d2h_us(plan.d2h_bytes), dev.host_vc, ready)
     tracker.read(slot, slot.dev_out, d2h, d2h.vc, step, d2h.lane, d2h.start)
     tracker.write(slot, slot.pinned_out, d2h, d2h.vc, step, d2h.lane, d2h.start)
-    return d2h, t + hc.event_us
+    return d2h, t + hs.event

@@ -25,6 +25,7 @@ class StretchCosts:
     graph: bool  # every step one graph replay (else its kernels launched eagerly)
     kernels: int  # kernels (graph nodes) of each step's forward
     carry_us: float  # the carry-over's time inside each forward (0 without)
+    factor: float  # the host's speed factor (host_speed.py), one level for the whole stretch
 
 
 @dataclass

@@ -10,6 +10,7 @@ the stream's tail and the event it waits on), so the times are bit-identical. Th
 from __future__ import annotations
 
 from cbsim.sim.host_state import HostState
+from cbsim.sim.launch import LaunchHost
 from cbsim.sim.stretch import StretchCosts, Timeline
 
 
@@ -19,14 +20,14 @@ class StepLaunch:
     waiting on compute_done), as plain float arithmetic."""
 
     def __init__(self, host: HostState, c: StretchCosts) -> None:
-        costs, hc = host.costs, host.costs.host
-        self.ev, self.cl = hc.event_us, hc.copy_launch_us
-        self.evcl = hc.event_us + hc.copy_launch_us
+        costs, hs = host.costs, LaunchHost.at(host.costs.host, c.factor)
+        self.ev, self.cl = hs.event, hs.copy
+        self.evcl = hs.event + hs.copy
         self.d2h_us = costs.d2h_us(costs.d2h_bytes(int(host.sched.run.size)))
         self.slowdown = costs.idle_slowdown
         self.graph, self.kernels = c.graph, c.kernels
-        self.kl = hc.kernel_launch_us
-        self.body = hc.graph_launch_us if c.graph else hc.kernel_launch_us * c.kernels
+        self.kl = hs.kernel
+        self.body = hs.graph if c.graph else hs.kernel * c.kernels
         self.queue = host.launch_queue  # the real one: it holds what stepping leaves in it
         self.entries = 1 if c.graph else c.kernels
 
@@ -85,20 +86,22 @@ def run_stretch(
     first_wait: float | None,
     admit_at: float,
     updates0: int,
+    switch_at: float = float("inf"),
 ) -> Timeline:
     """Up to ``k`` iterations of the host loop from ``host.env.now``; stops before the one whose
-    schedule would see ``admit_at`` arrived. ``first_wait``: the in-flight batch's D2H event
-    time (async; each later wait is on the batch the iteration before launched), None for the
-    sync loop (each iteration waits on its own batch)."""
-    costs, hc, dev = host.costs, host.costs.host, host.device
-    ev, wake = hc.event_us, hc.sync_wake_us
+    schedule would see ``admit_at`` arrived, or that starts once the host's speed switches at
+    ``switch_at`` (the caller drops the iterations with a phase past it). ``first_wait``: the
+    in-flight batch's D2H event time (async; each later wait is on the batch the iteration
+    before launched), None for the sync loop (each iteration waits on its own batch)."""
+    costs, hc, dev, f = host.costs, host.costs.host, host.device, c.factor
+    ev, wake = f * hc.event_us, f * hc.sync_wake_us
     launch = StepLaunch(host, c)
     tails = [dev.h2d.tail, dev.compute.tail, dev.d2h.tail]
     tl = Timeline()
     now = host.env.now
     pending = first_wait  # the D2H the next wait blocks on (async)
     for j in range(k):
-        if admit_at <= now * 1e-6 * (1.0 + 1e-15) + 1e-12:
+        if admit_at <= now * 1e-6 * (1.0 + 1e-15) + 1e-12 or now >= switch_at:
             break
         tl.sched.append(now)
         now += c.schedule[j]
@@ -122,7 +125,7 @@ def run_stretch(
         tl.wait.append(now)
         tl.wait_dur.append(dur)
         now += dur
-        stall = costs.stall_us(updates0 + j)
+        stall = costs.stall_us(updates0 + j) * f
         tl.stall.append(stall)
         dur = c.update[j] + stall
         tl.update.append(now)

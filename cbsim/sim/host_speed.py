@@ -1,0 +1,71 @@
+"""The host's speed over simulated time: the factor every host cost is charged at.
+
+The GPU machine's host switches between a fast and a slow level (hardware.host.regimes: a
+VM-level effect, experiments/runtime/h200_run10_diag). A plain simulation charges every host
+phase at the expected factor, a constant: the point prediction. A band's draw
+(hardware.host.spread.jitter, seeded by hardware.host.spread.seed) runs one realization of the
+two-state continuous-time Markov process instead: exponential dwell times of the two means,
+starting from the stationary distribution (the level at t = 0 is slow with the slow share; by
+memorylessness the first dwell is a full one). A host phase pays the factor in force when it
+starts. Times are the simulator's, microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+import numpy as np
+
+from cbsim.config.hardware import HostCosts, HostRegimes
+
+# mixed into the draw's seed: the realization is independent of the step jitter's stream
+SEED_SALT = 0x5EED_4057
+
+
+class HostSpeed:
+    """The host-cost factor at each simulated time: constant, or one seeded realization."""
+
+    def __init__(self, regimes: HostRegimes, realize: bool = False, seed: int = 0) -> None:
+        self.constant = not (realize and regimes.switching)
+        self.factor = regimes.expected_factor  # a plain run's, for every phase
+        if self.constant:
+            return
+        self._slow_factor = regimes.slow_factor
+        self._dwell_us = (regimes.fast_dwell_s * 1e6, regimes.slow_dwell_s * 1e6)
+        self._rng = np.random.default_rng((seed, SEED_SALT))
+        self._slow0 = bool(self._rng.random() < regimes.slow_share)
+        self._ends: list[float] = []  # the end of each level's stay, in order; levels alternate
+        self._extend(0.0)
+
+    @classmethod
+    def of(cls, host: HostCosts) -> HostSpeed:
+        """A run's host speed: a band's draw realizes the regimes, a plain run takes the mean."""
+        return cls(host.regimes, realize=host.spread.jitter, seed=host.spread.seed)
+
+    def _extend(self, t_us: float) -> None:
+        """Draw stays until one ends after ``t_us``."""
+        ends = self._ends
+        while not ends or ends[-1] <= t_us:
+            slow = self._slow0 ^ (len(ends) % 2 == 1)
+            start = ends[-1] if ends else 0.0
+            ends.append(start + self._rng.exponential(self._dwell_us[slow]))
+
+    def _stay(self, t_us: float) -> int:
+        """The index of the stay in force at ``t_us`` (a switch at t belongs to the new one)."""
+        if self._ends[-1] <= t_us:
+            self._extend(t_us)
+        return bisect_right(self._ends, t_us)
+
+    def factor_at(self, t_us: float) -> float:
+        """The factor a host phase starting at ``t_us`` pays."""
+        if self.constant:
+            return self.factor
+        slow = self._slow0 ^ (self._stay(t_us) % 2 == 1)
+        return self._slow_factor if slow else 1.0
+
+    def next_switch(self, t_us: float) -> float:
+        """When the level in force at ``t_us`` ends (inf: it never does)."""
+        if self.constant:
+            return math.inf
+        return self._ends[self._stay(t_us)]
