@@ -14,15 +14,24 @@ import numpy as np
 import pandas as pd
 
 from cbsim.calibration.manifest import Manifest, manifest_of
-from cbsim.calibration.run_config import config_of, replay, replay_batches
+from cbsim.calibration.run_config import (
+    SCHEDULE,
+    UPDATE,
+    config_of,
+    replay,
+    replay_batches,
+)
 from cbsim.calibration.steps import forward_table, span_table, with_replayed_batches
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.trace import Trace, TraceError, read_trace
+from cbsim.trace import schema as S
 from cbsim.trace.merge import is_merged
 
 # where recorded runs live unless extra.recordings says otherwise (relative to the working
 # directory): a checkout's experiments/runtime/
 DEFAULT_RECORDINGS = "experiments/runtime"
+# a trace's timestamps are microseconds with three decimals (trace/builder.py rounds them)
+TRACE_RESOLUTION_US = 1e-3
 
 
 def recordings_root(value: str | os.PathLike[str] | None = None) -> Path:
@@ -164,9 +173,11 @@ class Recorded:
     @cached_property
     def batches(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Per step, the batch's per-request query and context lengths, by replaying the shared
-        scheduler on the recorded workload (offline workloads: the batches do not depend on
-        time). Steps whose totals disagree with the trace's args are left out."""
-        replayed = replay_batches(self.config, self.engine) or {}
+        scheduler on the recorded workload: offline, in the engine's order (the batches do not
+        depend on time); online, on the recording's own clock (``host_clock``). Steps whose
+        totals disagree with the trace's args are left out."""
+        clock = None if self.config.workload.arrival == "offline" else host_clock(self.spans)
+        replayed = replay_batches(self.config, self.engine, clock) or {}
         fwd = self.forward
         out = {}
         for r in fwd.itertuples():
@@ -177,6 +188,18 @@ class Recorded:
             if (len(q), int(q.sum()), int(ctx.sum())) == (r.requests, r.query_tokens, r.kv_tokens):
                 out[int(r.step)] = got
         return out
+
+
+def host_clock(spans: pd.DataFrame) -> list[tuple[float, int, int]]:
+    """When the recording asked the scheduler for each batch and gave it each batch's tokens:
+    (seconds, SCHEDULE or UPDATE, step) from the start of its schedule and update spans."""
+    host = spans[(spans.lane == S.HOST) & spans.name.isin((S.SCHEDULE, S.UPDATE))]
+    host = host[host.step.notna() & (host.step >= 0)]  # a schedule that returned no batch: -1
+    what = np.where(host.name == S.SCHEDULE, SCHEDULE, UPDATE)
+    # times are written to the nanosecond: a request that arrived as the scheduler was asked
+    # (the simulator wakes exactly at an arrival) can read a nanosecond late
+    at = (host.ts + TRACE_RESOLUTION_US) / 1e6
+    return list(zip(at.tolist(), what.tolist(), host.step.astype(int).tolist()))
 
 
 def load(paths: list[Path], root: Path | None = None) -> list[Recorded]:

@@ -66,14 +66,55 @@ def _singletons() -> dict:
 
 
 def replay_batches(
-    config: CbsimConfig, engine: str
+    config: CbsimConfig, engine: str, clock: list[tuple[float, int, int]] | None = None
 ) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
     """Step -> (query_lens, context_lens) from the shared scheduler, driven in the engine's order
-    (async: batch N+1 scheduled before N's update); None for online (Poisson) workloads."""
-    batches = replay(config, engine)
+    (async: batch N+1 scheduled before N's update); an online (Poisson) workload on the
+    recorded ``clock`` (``replay_on_clock``), None without one."""
+    if config.workload.arrival == "offline":
+        batches = replay(config, engine)
+    else:
+        batches = replay_on_clock(config, clock) if clock else None
     if batches is None:
         return None
     return {int(b.step): (np.array(b.query_lens), np.array(b.context_lens)) for b in batches}
+
+
+# the two scheduler calls a recorded clock holds, in the order of a tie
+UPDATE, SCHEDULE = 0, 1
+
+
+def replay_on_clock(config: CbsimConfig, clock: list[tuple[float, int, int]]) -> list:
+    """The scheduler's batches for an online workload, driven as the recording drove it:
+    ``clock`` holds (seconds since the run's start, UPDATE or SCHEDULE, step) for every
+    update and every schedule call that returned a batch. Which requests a batch admits
+    depends on when it was asked for, so each schedule call is given the time the recording
+    asked at; calls that returned nothing change nothing and are not recorded. The replay
+    stops at the first step the scheduler numbers differently from the recording (the
+    caller checks each batch's totals against the trace)."""
+    from cbsim.scheduler import Scheduler, default_num_kv_blocks
+    from cbsim.workload import make_requests
+
+    w = config.workload
+    requests = make_requests(w, config.model.vocab_size)
+    sched = Scheduler(w, default_num_kv_blocks(w, requests))
+    sched.add_all(requests)
+    out: dict[int, object] = {}
+    try:
+        for now_s, what, step in sorted(clock):
+            if what == SCHEDULE:
+                batch = sched.schedule(now_s)
+                if batch is None or int(batch.step) != step:
+                    break
+                out[step] = batch
+            elif step in out:
+                batch = out[step]
+                sched.update(batch, np.ones(batch.num_samples, dtype=np.int64))
+            else:
+                break
+    except (RuntimeError, ValueError):
+        pass
+    return [out[k] for k in sorted(out)]
 
 
 def replay(config: CbsimConfig, engine: str) -> list | None:
