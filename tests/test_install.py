@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
 
 
-@pytest.mark.slow
-def test_non_editable_install_runs_from_anywhere(tmp_path):
-    target = tmp_path / "site"
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """cbsim installed (not editable) into a directory of its own, once for this module."""
+    target = tmp_path_factory.mktemp("install") / "site"
     subprocess.run(
         [
             sys.executable,
@@ -30,6 +33,12 @@ def test_non_editable_install_runs_from_anywhere(tmp_path):
         capture_output=True,
         timeout=300,
     )
+    return target
+
+
+@pytest.mark.slow
+def test_non_editable_install_runs_from_anywhere(installed, tmp_path):
+    target = installed
     assert (target / "cbsim" / "conf" / "config.yaml").is_file()
     assert (target / "cbsim" / "runtime" / "__init__.py").is_file()
     env = {**os.environ, "PYTHONPATH": str(target)}
@@ -54,6 +63,35 @@ def test_non_editable_install_runs_from_anywhere(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "gen_len" in result.stdout
+
+
+@pytest.mark.slow
+def test_validate_runs_from_a_plain_install_on_the_shipped_recordings(installed, tmp_path):
+    shipped = installed / "cbsim" / "recorded" / "h200_run8"
+    assert (shipped / "manifest.yaml").is_file()
+    assert len(list(shipped.glob("*/trace_*.json.gz"))) == 12
+    work = tmp_path / "empty"
+    work.mkdir()
+    # one workload of the default set (the whole default takes 40 s): each engine from the other
+    args = ["+experiment=validate", "trace=[h200_run8/small_batch/trace_*.json.gz]"]
+    args += ["extra.jobs=1", "extra.progress=false", "hydra.run.dir=out"]
+    result = subprocess.run(
+        [sys.executable, "-m", "cbsim", *args],
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"recordings: {shipped.parent} (the compact set shipped with cbsim" in result.stdout
+    out = json.loads((work / "out" / "validation.json").read_text())
+    assert out["recordings"] == str(shipped.parent)
+    assert [r["name"] for r in out["runs"]] == [
+        "h200_run8/small_batch/trace_async",
+        "h200_run8/small_batch/trace_sync",
+    ]
+    assert (work / "out" / "validation.html").is_file()
 
 
 def test_sim_mode_never_imports_torch():

@@ -8,6 +8,7 @@ import glob
 import os
 from dataclasses import dataclass
 from functools import cached_property
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +35,33 @@ DEFAULT_RECORDINGS = "experiments/runtime"
 TRACE_RESOLUTION_US = 1e-3
 
 
+# the compact recorded set shipped as package data (cbsim/recorded/: h200_run8, the runs the
+# default validation and calibration read, with its manifest), for an install without a checkout
+PACKAGED_RECORDINGS = Path(str(files("cbsim") / "recorded"))
+
+
 def recordings_root(value: str | os.PathLike[str] | None = None) -> Path:
-    """The recordings directory: ``value`` (absolute, or relative to the working directory)."""
-    p = Path(os.path.expanduser(str(value or DEFAULT_RECORDINGS)))
-    return p if p.is_absolute() else Path.cwd() / p
+    """The recordings directory: ``value`` (absolute, or relative to the working directory);
+    left at the default where the working directory has none (a plain ``pip install``), the
+    compact set shipped with the package."""
+    asked = str(value or DEFAULT_RECORDINGS)
+    p = Path(os.path.expanduser(asked))
+    p = p if p.is_absolute() else Path.cwd() / p
+    if asked == DEFAULT_RECORDINGS and not p.is_dir() and PACKAGED_RECORDINGS.is_dir():
+        return PACKAGED_RECORDINGS
+    return p
+
+
+def describe_root(root: Path) -> str:
+    """Which recordings a run reads, in one line."""
+    if root == PACKAGED_RECORDINGS:
+        return (
+            f"recordings: {root} (the compact set shipped with cbsim, "
+            f"{', '.join(sorted(d.name for d in root.iterdir() if d.is_dir()))}; no "
+            f"{DEFAULT_RECORDINGS} in {Path.cwd()}: a checkout's holds every recording, "
+            "extra.recordings=DIR names another)"
+        )
+    return f"recordings: {root}"
 
 
 def label(path: str | os.PathLike[str], root: Path | None = None) -> str:

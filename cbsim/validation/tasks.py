@@ -16,7 +16,14 @@ from cbsim.calibration.calibrate import FitOptions, calibrate
 from cbsim.calibration.imported import assume_cli_config, has_run_config
 from cbsim.calibration.predict import import_check, predict_speedup, prediction_lines
 from cbsim.calibration.profile import write_profile
-from cbsim.calibration.recordings import Recorded, label, load, recordings_root, resolve_traces
+from cbsim.calibration.recordings import (
+    Recorded,
+    describe_root,
+    label,
+    load,
+    recordings_root,
+    resolve_traces,
+)
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.rundir import atomic_write_text
 from cbsim.trace import write_trace
@@ -30,7 +37,8 @@ from cbsim.validation.summary import summary
 log = logging.getLogger("cbsim")
 
 _SHARED = {
-    "recordings": "the recordings directory (absolute, or relative to the working directory); "
+    "recordings": "the recordings directory (absolute, or relative to the working directory; "
+    "left at experiments/runtime where there is none, the compact set shipped with cbsim); "
     "relative trace paths are tried against it after the working directory",
     "forward_samples": "forward spans used per trace by the forward fit (8 or more)",
     "starts": "starts of the forward fit, the best kept (1, 2 or 3)",
@@ -73,6 +81,7 @@ def run_validation_task(
             "+experiment=calibrate / validate set the recorded ones)"
         )
     root = recordings_root(config.extra.get("recordings"))
+    log.info(describe_root(root))
     recs = load(resolve_traces(list(config.trace), root), root)
     assumed = []
     if config.task == "calibrate" and config.extra.get("workload_from_cli", False):
@@ -241,6 +250,7 @@ def run_validate(
         "task": "validate",
         "holdout": holdout,
         "hardware_base": config.hardware.name,
+        "recordings": str(root),
         "summary": summary(results, pairs),
         "speedups": [p.as_dict() for p in pairs],
         "runs": [r.as_dict() for r in results],
