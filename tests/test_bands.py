@@ -1,5 +1,6 @@
 """Bands: seeded and deterministic, ordered P5 <= median <= P95, as wide as the measured host
-spread says, and exactly the plain simulation when the profile has no spread."""
+spread says (between calls, within a run, the host's two levels over time), and exactly the plain
+simulation when the profile has no spread."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from conftest import make_config
 
 from cbsim.bands import as_engine, format_bands, predict_bands, scaled_host, speed_factors
 from cbsim.config import ConfigError
-from cbsim.config.hardware import GpuSpread, HostCosts, HostSpread
+from cbsim.config.hardware import GpuSpread, HostCosts, HostRegimes, HostSpread
 from cbsim.costs import CostModel
 from cbsim.metrics import compute_metrics
 from cbsim.sim import run
@@ -19,10 +20,10 @@ from cbsim.sim import run
 SMALL = ["model=tiny", "workload.batch_size=4", "workload.prompt_len=32", "workload.gen_len=48"]
 
 
-def config(between=0.0, within=0.0, draws=5, seed=0, extra=()):
-    cfg = make_config([*SMALL, *extra])
+def config(between=0.0, within=0.0, draws=5, seed=0, extra=(), regimes=None, small=SMALL):
+    cfg = make_config([*small, *extra])
     spread = HostSpread(between_calls=between, within_run=within, draws=draws, seed=seed)
-    host = dataclasses.replace(cfg.hardware.host, spread=spread)
+    host = dataclasses.replace(cfg.hardware.host, spread=spread, regimes=regimes or HostRegimes())
     return dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host))
 
 
@@ -161,3 +162,47 @@ def test_the_forward_scale_multiplies_every_forward_term():
     a = base.forward(Decode(), graph=True, carry_over=True)
     b = slow.forward(Decode(), graph=True, carry_over=True)
     assert b.total_us == pytest.approx(1.1 * a.total_us) and b.kernels == a.kernels
+
+
+def width(b):
+    return b["p95"] - b["p5"]
+
+
+# the 1B shape at batch 1, sync: the GPU idles while the host works, so the host's level shows
+ONE_B = ["model=llama3_1b", "workload.batch_size=1", "workload.prompt_len=128"]
+TWO_LEVELS = HostRegimes(slow_factor=2.2, fast_dwell_s=1.0, slow_dwell_s=0.6)
+
+
+def test_the_host_levels_widen_a_sync_band_with_the_slow_factor():
+    def idle_width(regimes):
+        cfg = config(regimes=regimes, small=[*ONE_B, "workload.gen_len=1024"], draws=7)
+        return width(predict_bands(cfg)["sync"]["gpu_idle_fraction"])
+
+    one = idle_width(HostRegimes(slow_factor=1.0, slow_dwell_s=0.6))
+    mild = idle_width(HostRegimes(slow_factor=1.5, fast_dwell_s=1.0, slow_dwell_s=0.6))
+    strong = idle_width(TWO_LEVELS)
+    assert one == 0.0 < mild < strong and strong > 0.02  # 2 pp and more of sync idle
+
+
+def test_a_short_run_sees_few_switches_and_gets_a_wider_band_than_a_long_one():
+    """Dwell times scaled to the run: a run shorter than one stay lands all fast or all slow,
+    one of many stays spends about the slow share slow (a long run averages the levels out)."""
+    regimes = HostRegimes(slow_factor=2.2, fast_dwell_s=0.05, slow_dwell_s=0.03)
+    short = config(regimes=regimes, draws=9, small=[*SMALL[:3], "workload.gen_len=100"])
+    long = config(regimes=regimes, draws=9, small=[*SMALL[:3], "workload.gen_len=1600"])
+    b_short, b_long = predict_bands(short), predict_bands(long)
+    for engine in ("sync", "async"):
+        w_short = width(b_short[engine]["gpu_idle_fraction"])
+        w_long = width(b_long[engine]["gpu_idle_fraction"])
+        assert w_long < 0.6 * w_short, engine
+    assert b_short["regimes"] == dataclasses.asdict(regimes)
+
+
+def test_a_gpu_bound_async_band_barely_moves_with_the_host_levels():
+    cfg = config(regimes=TWO_LEVELS, small=["model=llama3_8b", *SMALL[1:3], "workload.gen_len=400"])
+    bands = predict_bands(cfg)
+    sync_w = width(bands["sync"]["gpu_idle_fraction"])
+    async_w = width(bands["async"]["gpu_idle_fraction"])
+    assert async_w < 0.1 * sync_w and async_w < 0.002
+    text = format_bands(bands)
+    assert "a slow level x2.2 (mean stays 1 s fast, 0.6 s slow)" in text
