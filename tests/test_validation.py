@@ -48,6 +48,8 @@ TRUTH = {
     "hardware.host.kernel_launch_us": 6.0,
     "hardware.host.stall_us": 1500.0,
     "hardware.host.stall_every_steps": 10,
+    # a host of one speed level (the shipped profiles carry two; calibration reads one here)
+    "hardware.host.regimes.slow_dwell_s": 0.0,
     # the terms of the validation diagnosis (docs/validation.md)
     "hardware.gpu.gemm_row_us": 15.0,
     "hardware.gpu.attention_walk_us_per_token": 0.5,

@@ -14,7 +14,9 @@ own ``CostModel``, so plugging the profile back in reproduces what was fitted:
 - launch: one ``graph_launch_us`` (or ``kernel_launch_us`` per kernel) plus the copy and event
   enqueues; wait: ``sync_wake_us`` after the awaited D2H ends, ``event_us`` when nothing is
   pending; carry-over: its span;
-- host spread (spread.py): the step-to-step spread of the host's time per decode step within a
+- host regimes (regimes.py): the host's two speed levels over time, from windows of steps whose
+  phases run slower than the phase model says; the host costs above are fitted at the fast level;
+- host spread (spread.py): the step-to-step spread of the host's speed inside a level within a
   run, and between device calls of the same workload (kept when no workload has two calls).
 
 A term the traces cannot tell apart from others (collinear, or too small to see) keeps the base
@@ -26,11 +28,12 @@ from __future__ import annotations
 import dataclasses
 
 from cbsim.calibration.forward import fit_forward
-from cbsim.calibration.host import fit_copies, fit_host_phases, fit_wait_launch
+from cbsim.calibration.host import fit_copies, fit_wait_launch
 from cbsim.calibration.imported import fit_import_host, fit_import_kernels
 from cbsim.calibration.options import FitOptions
 from cbsim.calibration.progress import progress
 from cbsim.calibration.recordings import Recorded, label
+from cbsim.calibration.regimes import HostLevels, fit_host_levels
 from cbsim.calibration.result import Calibration, Row
 from cbsim.calibration.spread import fit_spread
 from cbsim.config.schema import HardwareConfig
@@ -55,13 +58,18 @@ def calibrate(
     # which the forward fit keeps; its host waits are not the runtime's (not fitted)
     imports = [r for r in recs if r.imported]
     options = options or FitOptions()
+    # each step's host-speed level, found with the host phases (fitted at the fast level)
+    levels = HostLevels()
     stages = [
         ("kernels", lambda: fit_import_kernels(imports, cal)),
         ("forward", lambda: fit_forward(recs, cal, options)),
         ("copies", lambda: fit_copies(recs, cal)),
-        ("host phases", lambda: fit_host_phases(recs, cal)),
-        ("wait and launch", lambda: fit_wait_launch([r for r in recs if not r.imported], cal)),
-        ("host spread", lambda: fit_spread(recs, cal)),
+        ("host phases", lambda: fit_host_levels(recs, cal, levels)),
+        (
+            "wait and launch",
+            lambda: fit_wait_launch([r for r in recs if not r.imported], cal, levels.at),
+        ),
+        ("host spread", lambda: fit_spread(recs, cal, levels.at)),
         ("import host", lambda: fit_import_host(imports, cal)),
     ]
     for _, fit in progress(stages, len(stages), "calibrating", options.progress):

@@ -1,5 +1,6 @@
-"""The measured spread of host speed (hardware.host.spread), which the bands draw from: within a
-run, step to step; between device calls, the same run recorded in separate calls."""
+"""The measured spread of host speed (hardware.host.spread), which the bands draw from, once the
+host's two speed levels (regimes.py) are taken out: within a run, step to step inside a level;
+between device calls, the same run's fast-level host time recorded in separate calls."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from collections import defaultdict
 import numpy as np
 
 from cbsim.calibration.fit import Fit
+from cbsim.calibration.host import Level
 from cbsim.calibration.recordings import Recorded
+from cbsim.calibration.regimes import step_speeds
 from cbsim.calibration.result import Calibration, Row
+from cbsim.config.hardware import HostCosts
 from cbsim.trace import schema as S
 
 HOST_WORK = (S.SCHEDULE, S.PREPARE, S.LAUNCH, S.UPDATE)
@@ -20,34 +24,52 @@ P5_P95_SIGMAS = 3.29
 MIN_STEPS = 20
 
 
-def host_per_decode_step(rec: Recorded) -> np.ndarray:
-    """The host's work (schedule + prepare + launch + update) of each decode step, us."""
+def decode_steps(rec: Recorded) -> set:
+    fwd = rec.forward
+    return set(fwd[fwd.kind == "decode"].step)
+
+
+def host_per_decode_step(rec: Recorded, level: Level | None = None) -> np.ndarray:
+    """The host's work (schedule + prepare + launch + update) of each decode step at the fast
+    level (divided by the step's host-speed factor), us."""
     sp = rec.spans
     host = sp[(sp.lane == S.HOST) & sp.name.isin(HOST_WORK) & (sp.step >= 0)]
     per_step = host.groupby("step")["dur"].sum()
-    fwd = rec.forward
-    decode = set(fwd[fwd.kind == "decode"].step)
-    values = per_step[per_step.index.isin(decode)].to_numpy(float)
+    per_step = per_step[per_step.index.isin(decode_steps(rec))]
+    values = per_step.to_numpy(float)
+    if level:
+        values = values / level(rec, per_step.index.to_numpy())
     return values[values > 0]
 
 
-def within_run(recs: list[Recorded]) -> list[float]:
-    """Per run, (log P95 - log P5) / 3.29 of the host time per decode step."""
+def step_speed(rec: Recorded, host: HostCosts, level: Level | None = None) -> np.ndarray:
+    """Per decode step, its schedule + prepare + update time over the phase model's (what a
+    band's within-run jitter scales), divided by the step's host-speed factor."""
+    speeds = step_speeds(rec, host)
+    speeds = speeds[speeds.index.isin(decode_steps(rec))]
+    speed = speeds.speed.to_numpy(float)
+    if level:
+        speed = speed / level(rec, speeds.index.to_numpy())
+    return speed[speed > 0]
+
+
+def within_run(recs: list[Recorded], host: HostCosts, level: Level | None = None) -> list[float]:
+    """Per run, (log P95 - log P5) / 3.29 of the host's speed per decode step inside a level."""
     sigmas = []
     for rec in recs:
-        v = host_per_decode_step(rec)
+        v = step_speed(rec, host, level)
         if len(v) >= MIN_STEPS:
             lo, hi = np.percentile(np.log(v), [5, 95])
             sigmas.append((hi - lo) / P5_P95_SIGMAS)
     return sigmas
 
 
-def between_calls(recs: list[Recorded]) -> tuple[float | None, int]:
-    """The pooled standard deviation of log(median host time per decode step) between calls,
-    over every workload (model and engine) recorded in two or more calls; None without one."""
+def between_calls(recs: list[Recorded], level: Level | None = None) -> tuple[float | None, int]:
+    """The pooled standard deviation of log(median fast-level host time per decode step) between
+    calls, over every workload (model and engine) recorded in two or more calls; None without."""
     groups: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(dict)
     for rec in recs:
-        v = host_per_decode_step(rec)
+        v = host_per_decode_step(rec, level)
         if len(v) >= MIN_STEPS:
             key = (rec.model_key, rec.workload_key, rec.engine)
             groups[key].setdefault(rec.call, []).append(float(np.log(np.median(v))))
@@ -61,14 +83,15 @@ def between_calls(recs: list[Recorded]) -> tuple[float | None, int]:
     return (float(np.sqrt(squares / dof)) if dof else None), dof
 
 
-def fit_spread(recs: list[Recorded], cal: Calibration) -> None:
-    """Both spreads into the profile; one not measurable here keeps the base profile's value."""
+def fit_spread(recs: list[Recorded], cal: Calibration, level: Level | None = None) -> None:
+    """Both spreads into the profile, inside the levels ``level`` gives each step; one not
+    measurable here keeps the base profile's value."""
     host = cal.hardware.host
     spread = host.spread
     prior = {"within_run": spread.within_run, "between_calls": spread.between_calls}
-    sigmas = within_run(recs)
+    sigmas = within_run(recs, host, level)
     within = float(np.median(sigmas)) if sigmas else None
-    between, dof = between_calls(recs)
+    between, dof = between_calls(recs, level)
     values = {
         "within_run": within if within is not None else spread.within_run,
         "between_calls": between if between is not None else spread.between_calls,
