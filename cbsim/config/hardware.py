@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cbsim.config.errors import ConfigError, check_positive, check_range
+from cbsim.config.host_regimes import HostRegimes as HostRegimes
 
 REPO = Path(__file__).resolve().parents[2]
 # HostCosts' own times (microseconds) beside its phases: what a host-speed factor scales
@@ -138,50 +139,6 @@ class HostSpread:
 
 
 @dataclass
-class HostRegimes:
-    """The host's speed switching between two levels over time (a VM-level effect, invisible to
-    the guest: experiments/runtime/h200_run10_diag): the fitted host costs are the fast level,
-    and while the host is slow every host cost is ``slow_factor`` times longer. The level is a
-    two-state continuous-time Markov process with exponential dwell times of these means. A plain
-    simulation runs the host at the expected factor; a band's draw (cbsim/bands.py) draws one
-    realization (cbsim/sim/host_speed.py). Not frozen: Hydra overrides a frozen node not at all."""
-
-    # every host cost times this while the host is slow (1 = one level)
-    slow_factor: float = 1.0
-    # mean seconds at the fast level before the host turns slow
-    fast_dwell_s: float = 1.0
-    # mean seconds at the slow level before it turns fast again (0 = never slow)
-    slow_dwell_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_range("hardware.host.regimes.slow_factor", self.slow_factor, 1.0, 100.0)
-        check_keys(
-            "hardware.host.regimes",
-            self,
-            ("fast_dwell_s",),
-            lambda v: math.isfinite(v) and 0.0 < v <= 1e6,
-            "> 0 and <= 1e6 (seconds)",
-        )
-        check_range("hardware.host.regimes.slow_dwell_s", self.slow_dwell_s, 0.0, 1e6)
-
-    @property
-    def slow_share(self) -> float:
-        """The stationary share of time at the slow level."""
-        return self.slow_dwell_s / (self.fast_dwell_s + self.slow_dwell_s)
-
-    @property
-    def expected_factor(self) -> float:
-        """The time-average host-cost factor: what a plain (point) simulation charges."""
-        share = self.slow_share
-        return self.slow_factor * share + (1.0 - share) if share > 0 else 1.0
-
-    @property
-    def switching(self) -> bool:
-        """Whether there are two levels at all (a slow level that is slower and ever in force)."""
-        return self.slow_factor > 1.0 and self.slow_dwell_s > 0.0
-
-
-@dataclass
 class HostCosts:
     """CPU-side costs of the batching loop, microseconds (the stack's, not the silicon's), at the
     host's fast level (``regimes`` says how much slower, and how often, it runs)."""
@@ -282,10 +239,12 @@ class GpuCosts:
     # against the whole gathered table. false: varlen kernels, exact causal work per chunk
     attention_padded_groups: bool = False
     # Continuations (chunks after a cached prefix) go through the masked kernel, a few query rows
-    # per (request, kv head) walking the whole gathered table: besides FLOPs and bytes it takes
-    # this long per token of the widest continuation's table, all layers together (h200_run8
-    # long_prompt: 2-7 rows against an 8208-token table added 15-30 ms to a 255 ms step). 0 = none
-    prefix_walk_us_per_token: float = 0.0
+    # per (request, kv head) walking the whole gathered table, one program per kv head in
+    # parallel: besides FLOPs and bytes it takes this long per element each program walks, table
+    # tokens x head_dim, of the widest continuation's table, per layer (h200_run8 long_prompt, 8B:
+    # 2-7 rows against an 8208-token table added 15-30 ms to a 255 ms step; h200_run9 1b_8x8192,
+    # head_dim 64, 16 layers: 7-8 ms at 8192 tokens). 0 = none
+    prefix_walk_us_per_element: float = 0.0
     # Launches the driver queues before cudaLaunchKernel blocks the host: an eager forward
     # whose kernels outrun the GPU by this many returns only as the GPU catches up (H200,
     # CUDA 13: 1021, experiments/runtime/diag_launch: the 1022nd launch behind a sleeping
@@ -309,6 +268,12 @@ class GpuCosts:
     # least this many tokens (a power of two); the table is as wide as the longest request
     attention_target_programs: int = 1024
     attention_min_partition: int = 1024
+    # The decode kernel reads only live KV but computes whole tiles (pick_tile: 128 tokens for
+    # tables up to 2048 tokens, else 64): this share of its time grows per tile, the rest per
+    # token. A kernel table times contexts at tile multiples, where the two agree; between them
+    # this share is charged at each context rounded up to its tile (h200_run9: the decode step's
+    # residual is a sawtooth in context mod the tile, largest just past a multiple). 0 = per token
+    attention_tile_share: float = 0.0
     # A compute stream that sat idle runs its next forward slower (clocks and caches cooling
     # down while the host works): the forward takes idle_slowdown us longer per us of idle before
     # it (sync vs async on the same batches: h200_run1 and run3 +5..60 us after 0.3..1.5 ms of
@@ -346,6 +311,7 @@ class GpuCosts:
             check_range(f"hardware.gpu.{key}", getattr(self, key), 0, 1 << 20)
         check_positive("hardware.gpu.attention_target_programs", self.attention_target_programs)
         check_positive("hardware.gpu.attention_min_partition", self.attention_min_partition)
+        check_range("hardware.gpu.attention_tile_share", self.attention_tile_share, 0.0, 1.0)
         check_non_negative(
             "hardware.gpu",
             self,
@@ -353,7 +319,7 @@ class GpuCosts:
                 "gemm_row_us",
                 "attention_walk_us_per_token",
                 "idle_slowdown",
-                "prefix_walk_us_per_token",
+                "prefix_walk_us_per_element",
             ),
         )
 
