@@ -43,6 +43,8 @@ ANCHORED = ("attention_flops_eff",)
 # an efficiency that ran to its bound keeps its prior if the fit's squared residuals grow by less
 # than this factor with it there
 UNBOUNDED_TOLERANCE = 1.02
+# terms that are shares of a kernel's time: fitted within [0, this]
+SHARES = {"attention_tile_share": 1.0}
 # (shape, replayed as a graph, carry-over ran, carry-over in a span of its own, idle before)
 Sample = tuple[Any, bool, bool, bool, float]
 
@@ -119,7 +121,8 @@ class ForwardProblem:
 
     def bounds(self) -> tuple[list[float], list[float]]:
         n = len(self.terms)
-        return [1.0 / MAX_EFF] * len(EFFS) + [0.0] * n, [1e3] * len(EFFS) + [1e6] * n
+        upper = [SHARES.get(k, 1e6) for k in self.terms]
+        return [1.0 / MAX_EFF] * len(EFFS) + [0.0] * n, [1e3] * len(EFFS) + upper
 
     def gpu_of(self, theta: np.ndarray):
         """The GpuCosts of theta, unchecked: an efficiency above 1 is allowed while fitting."""

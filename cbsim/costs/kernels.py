@@ -91,19 +91,38 @@ class KernelCosts:
     def decode_attention_us(self, rows: int, mean_context: float) -> float:
         return self.layers * self.t("decode_attention", *self.attn_shape, rows, mean_context)
 
+    def decode_rows_us(self, ctx: np.ndarray, tile: int, tile_share: float) -> float:
+        """The paged decode kernel over requests of contexts ``ctx``: it reads live tokens only
+        but computes whole tiles of ``tile`` tokens, so ``tile_share`` of its time is charged
+        at each context rounded up to its tile (the table's contexts are tile multiples, where
+        the two agree; between them the table is interpolated per token)."""
+        rows = len(ctx)
+        total = int(ctx.sum())
+        per_token = self.decode_attention_us(rows, total / rows)
+        if not tile_share:
+            return per_token
+        tiled = int((-(-ctx // tile)).sum()) * tile
+        if tiled == total:
+            return per_token
+        return (1.0 - tile_share) * per_token + tile_share * self.decode_attention_us(
+            rows, tiled / rows
+        )
+
     def prefill_attention_us(self, prompts: int, length: int) -> float:
         return self.layers * self.t("prefill_attention", *self.attn_shape, prompts, length)
 
-    def attention_us(self, batch, decode: bool, padded_groups: bool) -> float:
-        """Decode rows and prompt chunks from position 0 (chunks after a cached prefix are
-        costed by the caller's roofline)."""
+    def attention_us(
+        self, batch, decode: bool, padded_groups: bool, tile: int = 128, tile_share: float = 0.0
+    ) -> float:
+        """Decode rows (``decode_rows_us``) and prompt chunks from position 0 (chunks after a
+        cached prefix are costed by the caller's roofline)."""
         q, ctx = batch.query_lens, batch.context_lens
         if decode:
-            return self.decode_attention_us(len(q), batch.kv_tokens / len(q))
+            return self.decode_rows_us(np.asarray(ctx), tile, tile_share)
         one = q == 1
         total = 0.0
         if one.any():
-            total += self.decode_attention_us(int(one.sum()), float(ctx[one].mean()))
+            total += self.decode_rows_us(np.asarray(ctx[one]), tile, tile_share)
         fresh = (q > 1) & (batch.start_pos == 0)
         if fresh.any():
             if padded_groups:  # one group padded to its longest chunk

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.decode_kernel import partition_tokens, table_width, tile_tokens
 from cbsim.costs.host_jitter import HostJitter
+from cbsim.costs.kernel_count import step_kernels
 from cbsim.costs.kernels import KernelCosts
 
 INT64, INT32 = 8, 4
@@ -107,8 +109,11 @@ class CostModel:
         self.walk_us = g.attention_walk_us_per_token
         self.idle_slowdown = g.idle_slowdown
         self.kv_heads = m.num_kv_heads
+        # what one program of the continuation kernel walks per table token, all layers
+        self.walk_elements_per_token = layers * m.head_dim
         self._max_context = max_context
         self._partitions: dict[int, int] = {}
+        self._graph_tile: int | None = None
         # step-to-step host speed, only in a band's draws (host_jitter.py)
         sp = hw.host.spread
         self.jitter = HostJitter(sp.within_run, sp.seed) if sp.jitter and sp.within_run else None
@@ -132,16 +137,21 @@ class CostModel:
 
     def partition(self, rows: int) -> int:
         """Tokens per split-K partition of the decode-attention kernel for ``rows`` requests
-        (runtime/kernels/paged_attention.py: pick_partition over the block table's width)."""
+        (pick_partition over the block table's width, as wide as the longest request)."""
         got = self._partitions.get(rows)
         if got is None:
-            g, block = self.gpu, self.block_size
-            width = max(1, -(-self.max_context // block)) * block
-            tile = 128 if width <= 2048 else 64  # pick_tile
-            splits = max(1, -(-g.attention_target_programs // max(1, rows * self.kv_heads)))
-            part = 1 << max(0, -(-width // splits) - 1).bit_length()
-            got = self._partitions[rows] = max(part, g.attention_min_partition, tile)
+            width = table_width(self.max_context, self.block_size)
+            got = self._partitions[rows] = partition_tokens(self.gpu, width, rows, self.kv_heads)
         return got
+
+    def decode_tile(self, batch, graph: bool) -> int:
+        """KV tokens per tile of the decode kernel: a replayed graph's table is as wide as the
+        longest request, an eager step's as its own longest."""
+        if graph:
+            if self._graph_tile is None:
+                self._graph_tile = tile_tokens(table_width(self.max_context, self.block_size))
+            return self._graph_tile
+        return tile_tokens(table_width(int(batch.context_lens.max()), self.block_size))
 
     def idle_slowdown_us(self, idle_us: float) -> float:
         """Extra time of a forward whose compute stream sat idle ``idle_us`` before it."""
@@ -177,7 +187,11 @@ class CostModel:
         else:  # measured kernels; chunks after a cached prefix (not timed) by the roofline
             kc = self.kernel_costs
             linear, lm_head = kc.linear_us(q_tokens), kc.lm_head_us(sampled)
-            attention = kc.attention_us(batch, decode, self.gpu.attention_padded_groups)
+            share = self.gpu.attention_tile_share
+            tile = self.decode_tile(batch, padded_requests is not None) if share else 128
+            attention = kc.attention_us(
+                batch, decode, self.gpu.attention_padded_groups, tile, share
+            )
             attention += 0.0 if decode else self.continuation_attention_us(batch)
         return self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
 
@@ -257,12 +271,13 @@ class CostModel:
         return cost
 
     def prefix_walk_us(self, batch) -> float:
-        """The masked continuation kernel's walk over the widest continuation's table."""
+        """The masked continuation kernel's walk over the widest continuation's table: its kv
+        heads' programs run side by side, each over table tokens x head_dim, layer after layer."""
         ext = (batch.query_lens > 1) & (batch.start_pos > 0)
-        if not self.gpu.prefix_walk_us_per_token or not ext.any():
+        if not self.gpu.prefix_walk_us_per_element or not ext.any():
             return 0.0
         width = -(-int(batch.context_lens[ext].max()) // self.block_size) * self.block_size
-        return self.gpu.prefix_walk_us_per_token * width
+        return self.gpu.prefix_walk_us_per_element * width * self.walk_elements_per_token
 
     def continuation_attention_us(self, batch) -> float:
         """Chunks after a cached prefix, which a kernel table does not time: the roofline of
@@ -305,23 +320,9 @@ class CostModel:
         return work
 
     def step_kernels(self, batch, decode: bool) -> int:
-        """Kernels of one forward (graph nodes when replayed): the layers' own, plus those of
-        each attention group the step holds: decode rows, prompt chunks from position 0, chunks
-        after a cached prefix (the runtime's groups, runtime/attention.py)."""
-        g = self.gpu
-        chunk = None if decode else batch.query_lens > 1
-        # (a prompt's last token beside decode rows also takes the runtime's decode path)
-        if decode or not chunk.any():
-            return self.kernels + g.decode_kernels_per_layer * self.layers
-        prefix = batch.start_pos > 0
-        n = self.kernels
-        if not chunk.all():
-            n += g.decode_kernels_per_layer * self.layers
-        if (chunk & ~prefix).any():
-            n += g.prefill_kernels_per_layer * self.layers + g.prefill_kernels_extra
-        if (chunk & prefix).any():
-            n += g.prefix_kernels_per_layer * self.layers + g.prefix_kernels_extra
-        return n
+        """Kernels of one forward (graph nodes when replayed), by the step's attention groups
+        (kernel_count.py)."""
+        return step_kernels(self.gpu, self.kernels, self.layers, batch, decode)
 
     # ---- copies ----------------------------------------------------------------------------
     def h2d_bytes(self, query_tokens: int, requests: int, sampled: int, kv_blocks: int) -> int:

@@ -1,0 +1,32 @@
+"""How many kernels a forward runs (graph nodes when replayed): the runtime's counts
+(hardware.gpu.*kernels*, counted by Kineto on the H200, experiments/runtime/diag_launch): the
+layers' own kernels, plus those of each attention group a step holds (decode rows, prompt chunks
+from position 0, chunks after a cached prefix) and the kernels once per forward.
+
+Each kernel pays one gap (hardware.gpu.graph_node_gap_us or eager_kernel_gap_us), kernel table
+or not: a table's kernel is timed back to back with copies of itself, and inside the forward,
+between kernels of other kinds, it measurably costs more. Charging the gap only to the kernels
+the table does not time (the per-forward extras) made the held-out model shapes worse
+(h200_run9, model holdout: the 1B's async decode +2..+3% -> +5..+9%, the 8B's further short):
+the recorded steps grow with the layers by about a gap per kernel beyond the table's times.
+"""
+
+from __future__ import annotations
+
+
+def step_kernels(gpu, base: int, layers: int, batch, decode: bool) -> int:
+    """Kernels of one forward: ``base`` (the layers' own and the per-forward ones), plus those of
+    each attention group the step holds (the runtime's groups, runtime/attention.py)."""
+    chunk = None if decode else batch.query_lens > 1
+    # (a prompt's last token beside decode rows also takes the runtime's decode path)
+    if decode or not chunk.any():
+        return base + gpu.decode_kernels_per_layer * layers
+    prefix = batch.start_pos > 0
+    n = base
+    if not chunk.all():
+        n += gpu.decode_kernels_per_layer * layers
+    if (chunk & ~prefix).any():
+        n += gpu.prefill_kernels_per_layer * layers + gpu.prefill_kernels_extra
+    if (chunk & prefix).any():
+        n += gpu.prefix_kernels_per_layer * layers + gpu.prefix_kernels_extra
+    return n

@@ -1,0 +1,42 @@
+"""The decode kernel's tiles: a step's attention between the table's contexts (tile multiples)
+charged per token, and ``attention_tile_share`` of it per whole tile."""
+
+from __future__ import annotations
+
+import pytest
+from cost_shapes import Shape
+from test_costs_walks import with_gpu
+from test_kernel_tables import config
+
+from cbsim.costs import CostModel
+from cbsim.costs.decode_kernel import table_width, tile_tokens
+
+
+def attention(share: float, context: int, requests: int = 64) -> float:
+    cfg = with_gpu(config(), attention_tile_share=share)
+    cfg.workload = type(cfg.workload)(prompt_len=128, gen_len=256)  # a 384-token table: tile 128
+    step = Shape([1] * requests, [context] * requests)
+    return CostModel(cfg).forward(step, graph=True, carry_over=False).attention_us
+
+
+def test_tiles_follow_the_table_width_as_the_runtime_picks_them():
+    assert tile_tokens(table_width(384, 16)) == 128
+    assert tile_tokens(table_width(2048, 16)) == 128 and tile_tokens(table_width(2049, 16)) == 64
+
+
+def test_a_context_just_past_a_tile_pays_the_whole_tile_by_its_share():
+    per_token, tiled = attention(0.0, 129), attention(1.0, 129)
+    assert tiled == pytest.approx(attention(0.0, 256))  # 129 tokens: two tiles, as 256
+    assert attention(0.5, 129) == pytest.approx((per_token + tiled) / 2)
+    assert per_token < tiled
+
+
+def test_at_a_tile_multiple_the_share_changes_nothing():
+    assert attention(1.0, 256) == pytest.approx(attention(0.0, 256))
+
+
+def test_the_share_is_validated():
+    from cbsim.config import ConfigError
+
+    with pytest.raises(ConfigError, match="attention_tile_share"):
+        with_gpu(config(), attention_tile_share=1.5)
