@@ -36,7 +36,7 @@ import numpy as np
 
 import cbsim.sim as sim
 from cbsim.config.hardware import HOST_TIMES_US, HostCosts, PhaseCost
-from cbsim.config.schema import CbsimConfig
+from cbsim.config.schema import CbsimConfig, HardwareConfig
 from cbsim.metrics import MetricInputs, metrics_from
 
 QUANTILES = {"p5": 5.0, "median": 50.0, "p95": 95.0}
@@ -91,18 +91,27 @@ def forward_scales(forward_error: float, draws: int, seed: int) -> list[float]:
     return [scales[i] for i in order]
 
 
-def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:
-    """Per draw, per engine: the metrics of ``METRICS``."""
-    hw, spread = cfg.hardware, cfg.hardware.host.spread
+def drawn_profiles(hw: HardwareConfig) -> list[HardwareConfig]:
+    """The profile as each draw runs it: every host cost times the draw's host-speed factor, the
+    draw's step jitter and realization of the host's levels (seeded per draw), every forward
+    times the draw's forward-model error. The same draws for predict_bands and validation."""
+    spread, gpu_spread = hw.host.spread, hw.gpu.spread
     host_factors = speed_factors(spread.between_calls, spread.draws, spread.seed)
-    gpu_spread = hw.gpu.spread
     scales = forward_scales(gpu_spread.forward_error, spread.draws, spread.seed)
     out = []
     for i, (factor, scale) in enumerate(zip(host_factors, scales)):
         host = scaled_host(hw.host, factor, spread.seed + 1 + i)
         drawn_gpu = dataclasses.replace(gpu_spread, forward_scale=gpu_spread.forward_scale * scale)
         gpu = dataclasses.replace(hw.gpu, spread=drawn_gpu)
-        drawn = dataclasses.replace(cfg, hardware=dataclasses.replace(hw, host=host, gpu=gpu))
+        out.append(dataclasses.replace(hw, host=host, gpu=gpu))
+    return out
+
+
+def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:
+    """Per draw, per engine: the metrics of ``METRICS``."""
+    out = []
+    for hw in drawn_profiles(cfg.hardware):
+        drawn = dataclasses.replace(cfg, hardware=hw)
         per_engine = {}
         for engine in ("sync", "async"):
             m = _simulate(as_engine(drawn, engine), engine)

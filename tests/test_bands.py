@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from conftest import make_config
 
-from cbsim.bands import as_engine, format_bands, predict_bands, scaled_host, speed_factors
+from cbsim.bands import (
+    as_engine,
+    drawn_profiles,
+    format_bands,
+    predict_bands,
+    scaled_host,
+    speed_factors,
+)
 from cbsim.config import ConfigError
 from cbsim.config.hardware import GpuSpread, HostCosts, HostRegimes, HostSpread
 from cbsim.costs import CostModel
@@ -206,3 +213,14 @@ def test_a_gpu_bound_async_band_barely_moves_with_the_host_levels():
     assert async_w < 0.1 * sync_w and async_w < 0.002
     text = format_bands(bands)
     assert "a slow level x2.2 (mean stays 1 s fast, 0.6 s slow)" in text
+
+
+def test_each_draw_is_its_own_host_realization_and_forward_error():
+    """The draws predict_bands and the validation's bands both run (cbsim.bands.drawn_profiles)."""
+    cfg = config(between=0.2, draws=4, regimes=TWO_LEVELS)
+    gpu = dataclasses.replace(cfg.hardware.gpu, spread=GpuSpread(forward_error=0.05))
+    draws = drawn_profiles(dataclasses.replace(cfg.hardware, gpu=gpu))
+    assert len(draws) == 4 and len({d.host.spread.seed for d in draws}) == 4
+    assert all(d.host.spread.jitter and d.host.regimes == TWO_LEVELS for d in draws)
+    assert len({d.gpu.spread.forward_scale for d in draws}) == 4
+    assert len({d.host.graph_launch_us for d in draws}) == 4

@@ -2,15 +2,15 @@
 run's total time, GPU idle and async speedup, placed around the simulated value, so each run can
 say whether the recording lies inside P5-P95.
 
-The draws are cbsim.bands' (its host-speed factors and scaled host costs, seeded), each engine
-simulated with its own recorded config and measured as the validation measures it."""
+The draws are cbsim.bands' (its host-speed factors and scaled host costs, the host's levels
+realized, the forward model's error; seeded), each engine simulated with its own recorded config
+and measured as the validation measures it."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from cbsim.bands import band, scaled_host, speed_factors
+from cbsim.bands import band, drawn_profiles
 from cbsim.calibration.progress import progress
 from cbsim.config.schema import HardwareConfig
 from cbsim.validation.measure import measure, simulate_like
@@ -19,12 +19,11 @@ from cbsim.validation.speedup import Speedup
 
 
 def drawn_metrics(result: RunResult, hw: HardwareConfig) -> list[dict[str, float]]:
-    """Per host-speed draw of ``hw``'s spread: the banded metrics of the run simulated so."""
-    spread = hw.host.spread
+    """Per draw of ``hw``'s spread (cbsim.bands.drawn_profiles: host speed, the host's levels,
+    the forward model's error): the banded metrics of the run simulated so."""
     out = []
-    for i, factor in enumerate(speed_factors(spread.between_calls, spread.draws, spread.seed)):
-        host = scaled_host(hw.host, factor, spread.seed + 1 + i)
-        m = measure(simulate_like(result.rec, dataclasses.replace(hw, host=host)))
+    for drawn in drawn_profiles(hw):
+        m = measure(simulate_like(result.rec, drawn))
         out.append({k: float(m[k]) for k in BANDED if m.get(k) is not None})
     return out
 
