@@ -66,7 +66,8 @@ def within_run(recs: list[Recorded], host: HostCosts, level: Level | None = None
 
 def between_calls(recs: list[Recorded], level: Level | None = None) -> tuple[float | None, int]:
     """The pooled standard deviation of log(median fast-level host time per decode step) between
-    calls, over every workload (model and engine) recorded in two or more calls; None without."""
+    calls, over every workload (model and engine) recorded in two or more calls; None without.
+    ``fit_spread`` adds the calls' level mix (``call_mix``) to it, in quadrature."""
     groups: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(dict)
     for rec in recs:
         v = host_per_decode_step(rec, level)
@@ -83,6 +84,21 @@ def between_calls(recs: list[Recorded], level: Level | None = None) -> tuple[flo
     return (float(np.sqrt(squares / dof)) if dof else None), dof
 
 
+def call_mix(recs: list[Recorded], level: Level | None) -> tuple[float | None, int]:
+    """The standard deviation between device calls of log(the call's mean host-speed factor over
+    its decode steps): the share of time at the slow level differs from call to call (h200_run9:
+    the 1b call mostly slow, the 3b call mostly fast), which one stationary two-level process
+    does not give a long run; None with fewer than two calls."""
+    steps: dict[str, list[np.ndarray]] = defaultdict(list)
+    for rec in recs:
+        if level and not rec.imported:
+            steps[rec.call].append(level(rec, np.array(sorted(decode_steps(rec)))))
+    means = [np.mean(np.concatenate(v)) for v in steps.values() if sum(map(len, v))]
+    if len(means) < 2:
+        return None, len(means)
+    return float(np.std(np.log(means), ddof=1)), len(means)
+
+
 def fit_spread(recs: list[Recorded], cal: Calibration, level: Level | None = None) -> None:
     """Both spreads into the profile, inside the levels ``level`` gives each step; one not
     measurable here keeps the base profile's value."""
@@ -92,6 +108,9 @@ def fit_spread(recs: list[Recorded], cal: Calibration, level: Level | None = Non
     sigmas = within_run(recs, host, level)
     within = float(np.median(sigmas)) if sigmas else None
     between, dof = between_calls(recs, level)
+    mix, calls = call_mix(recs, level)
+    if mix is not None:
+        between = float(np.hypot(between or 0.0, mix))
     values = {
         "within_run": within if within is not None else spread.within_run,
         "between_calls": between if between is not None else spread.between_calls,
@@ -102,5 +121,5 @@ def fit_spread(recs: list[Recorded], cal: Calibration, level: Level | None = Non
     cal.hardware.host = dataclasses.replace(host, spread=dataclasses.replace(spread, **values))
     # residuals: each run's own spread against the median (how much runs differ in it)
     res = np.asarray(sigmas) / within - 1.0 if within else np.zeros(0)
-    what = f"host spread ({dof} between-call dof)"
+    what = f"host spread ({dof} between-call dof, {calls} calls' level mix)"
     cal.rows.append(Row(what, len(sigmas), Fit(values, fitted, res), prior))
