@@ -13,11 +13,13 @@ achieved FLOP/s, bytes / achieved bandwidth), achieved = peak x that kind's effi
 - ``forward_fixed_us``, one gap per kernel (eager or graph node; ``step_kernels`` counts them by
   the step's attention groups), ``carry_over_us``; ``idle_slowdown`` x the stream's idle before.
 
-With ``hardware.kernel_table`` the GEMMs, elementwise kernels, decode and prompt-start attention
-and the copies are measured kernel times instead (kernels.py). Copies: ``copy_latency_us + bytes /
-bandwidth``. Host phases: ``PhaseCost`` over requests, tokens and KV blocks (``kv_tokens //
-block_size + requests``); a launch: one ``kernel_launch_us`` per kernel or one ``graph_launch_us``,
-``launch_per_block_us`` per block, ``copy_launch_us`` per copy, ``event_us`` per event op.
+With ``hardware.kernel_table`` the GEMMs, elementwise kernels, decode attention (its
+``attention_tile_share`` per whole KV tile) and prompt starts, and the copies are measured times
+(kernels.py); continuations keep the roofline plus ``prefix_walk_us_per_element`` x their widest
+table x head_dim x layers. Copies: ``copy_latency_us + bytes / bandwidth``. Host phases:
+``PhaseCost`` over requests, tokens and KV blocks (``kv_tokens // block_size + requests``); a
+launch: one ``kernel_launch_us`` per kernel or one ``graph_launch_us``, ``launch_per_block_us``
+per block, ``copy_launch_us`` per copy, ``event_us`` per event op.
 """
 
 from __future__ import annotations
@@ -136,8 +138,7 @@ class CostModel:
         return self._max_context
 
     def partition(self, rows: int) -> int:
-        """Tokens per split-K partition of the decode-attention kernel for ``rows`` requests
-        (pick_partition over the block table's width, as wide as the longest request)."""
+        """The decode kernel's split-K partition for ``rows`` (over the longest request's table)."""
         got = self._partitions.get(rows)
         if got is None:
             width = table_width(self.max_context, self.block_size)
@@ -145,13 +146,12 @@ class CostModel:
         return got
 
     def decode_tile(self, batch, graph: bool) -> int:
-        """KV tokens per tile of the decode kernel: a replayed graph's table is as wide as the
-        longest request, an eager step's as its own longest."""
-        if graph:
-            if self._graph_tile is None:
-                self._graph_tile = tile_tokens(table_width(self.max_context, self.block_size))
-            return self._graph_tile
-        return tile_tokens(table_width(int(batch.context_lens.max()), self.block_size))
+        """The decode kernel's KV tile: a graph's table is the longest request's, an eager step's
+        its own longest."""
+        if graph and self._graph_tile is None:
+            self._graph_tile = tile_tokens(table_width(self.max_context, self.block_size))
+        longest = 0 if graph else int(batch.context_lens.max())
+        return self._graph_tile if graph else tile_tokens(table_width(longest, self.block_size))
 
     def idle_slowdown_us(self, idle_us: float) -> float:
         """Extra time of a forward whose compute stream sat idle ``idle_us`` before it."""
