@@ -212,20 +212,35 @@ def _forward_us(host: HostState, ctx0: np.ndarray, k: int, carry: bool, graph: b
     return total.tolist(), last
 
 
+def before_switch(host: HostState, k: int, switch_at: float, is_async: bool) -> int:
+    """At most the steps that can start before the host's level switches (so a stretch does not
+    cost thousands of steps it drops): each step takes at least a forward on the compute stream,
+    and forwards only grow in steady decode (the contexts do), the host running a step or two
+    ahead. Fewer kept than this is only slower, never different."""
+    if k == 0 or switch_at == math.inf:
+        return k
+    last = host.last_updated.compute
+    fwd = last.end - last.start
+    if fwd > 0:
+        k = min(k, int((switch_at - host.env.now) / fwd) + 4)
+    return k - k % 2 if is_async else k
+
+
 def fast_forward(host: HostState, inflight: Launched | None):
     """A SimPy phase: fast-forward the steady steps ahead, if any (one timeout for all of
     them); returns the batch in flight after them (async) or ``inflight`` unchanged."""
     k, admit_at = plan(host, inflight)
-    if not k:
-        return inflight
     is_async = inflight is not None
+    switch_at = host.speed.next_switch(host.env.now)
+    k = before_switch(host, k, switch_at, is_async)
+    if k < MIN_STEPS:
+        return inflight
     c = costs_of(host, k, is_async, inflight.batch.kv_tokens if is_async else 0)
     if c is None:
         host.fast_forward_on = False  # the cost model has a term this path does not know
         return inflight
     first_wait = inflight.d2h_done.time if is_async else None
     queued = list(host.launch_queue.ops)  # run_stretch pushes every step it runs
-    switch_at = host.speed.next_switch(host.env.now)
     tl = run_stretch(host, k, c, first_wait, admit_at, host.n["updates"], switch_at)
     k = tl.steps if switch_at == math.inf else bisect_left(tl.update, switch_at)
     k -= k % 2 if is_async else 0
