@@ -51,14 +51,17 @@ def speed_factors(between_calls: float, draws: int, seed: int) -> list[float]:
     return [float(np.exp(between_calls * normal.inv_cdf(float(p)))) for p in u]
 
 
-def scaled_host(host: HostCosts, factor: float, seed: int) -> HostCosts:
+def scaled_host(
+    host: HostCosts, factor: float, seed: int, level_quantile: float = -1.0
+) -> HostCosts:
     """Every host cost times ``factor``; a draw's own variation on, seeded per draw: the
-    step-to-step jitter and one realization of the host's regimes."""
+    step-to-step jitter and one realization of the host's regimes (starting slow when
+    ``level_quantile`` is below the slow share; -1: as the seed draws it)."""
 
     def phase(p: PhaseCost) -> PhaseCost:
         return PhaseCost(*(factor * getattr(p, f.name) for f in dataclasses.fields(PhaseCost)))
 
-    spread = dataclasses.replace(host.spread, jitter=True, seed=seed)
+    spread = dataclasses.replace(host.spread, jitter=True, seed=seed, level_quantile=level_quantile)
     return dataclasses.replace(
         host,
         schedule=phase(host.schedule),
@@ -98,13 +101,23 @@ def drawn_profiles(hw: HardwareConfig) -> list[HardwareConfig]:
     spread, gpu_spread = hw.host.spread, hw.gpu.spread
     host_factors = speed_factors(spread.between_calls, spread.draws, spread.seed)
     scales = forward_scales(gpu_spread.forward_error, spread.draws, spread.seed)
+    levels = level_quantiles(spread.draws, spread.seed)
     out = []
     for i, (factor, scale) in enumerate(zip(host_factors, scales)):
-        host = scaled_host(hw.host, factor, spread.seed + 1 + i)
+        host = scaled_host(hw.host, factor, spread.seed + 1 + i, levels[i])
         drawn_gpu = dataclasses.replace(gpu_spread, forward_scale=gpu_spread.forward_scale * scale)
         gpu = dataclasses.replace(hw.gpu, spread=drawn_gpu)
         out.append(dataclasses.replace(hw, host=host, gpu=gpu))
     return out
+
+
+def level_quantiles(draws: int, seed: int) -> list[float]:
+    """Where each draw's starting host level falls: one draw in each of ``draws`` strata of
+    [0, 1), in a seeded order of their own (so a few draws of a run shorter than a stay start
+    slow in the slow share of them, not all fast by chance)."""
+    rng = np.random.default_rng(seed + 15485863)
+    u = (np.arange(draws) + rng.random(draws)) / draws
+    return [float(u[i]) for i in rng.permutation(draws)]
 
 
 def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:

@@ -11,9 +11,9 @@ import pytest
 from conftest import REPO, make_config, run_cli
 from sim_harness import make
 
-from cbsim.bands import scaled_host
+from cbsim.bands import level_quantiles, scaled_host
 from cbsim.config import ConfigError
-from cbsim.config.hardware import HostRegimes
+from cbsim.config.hardware import HostRegimes, HostSpread
 from cbsim.metrics import compute_metrics
 from cbsim.sim.engine import run
 from cbsim.sim.host_speed import HostSpeed
@@ -133,3 +133,16 @@ def test_the_fast_forward_is_exact_across_switches(graphs):
         sp = slow.spans
         launch = sp[(sp.name == "launch") & (sp.kind == "decode")].dur.to_numpy()
         assert launch.max() / launch.min() == pytest.approx(2.0, rel=1e-9)  # both levels seen
+
+
+def test_a_bands_draws_start_slow_in_the_slow_share_of_them():
+    """Stratified over the starting level: of 20 draws, 8 start slow at a slow share of 0.4."""
+    quantiles = level_quantiles(20, seed=4)
+    assert sorted(int(q * 20) for q in quantiles) == list(range(20))  # one in each stratum
+    starts = [
+        HostSpeed(TWO_LEVELS, True, seed=i, quantile=q).factor_at(0.0)
+        for i, q in enumerate(quantiles)
+    ]
+    assert starts.count(2.0) == 8
+    with pytest.raises(ConfigError, match=r"hardware\.host\.spread\.level_quantile="):
+        HostSpread(level_quantile=1.5)

@@ -122,9 +122,13 @@ class HostSpread:
     # a band draws this many simulations per engine (P5/median/P95 of them), seeded from `seed`
     draws: int = 9
     seed: int = 0
-    # true: the host phases cost their mean times a mean-one factor drawn per step from
-    # within_run (seeded by `seed`); cbsim.bands sets it in its draws, a plain run keeps the means
+    # true: this run is one draw of the host's variation, seeded by `seed`: the host phases cost
+    # their mean times a mean-one factor drawn per step from within_run, and the host's levels
+    # (regimes) are one realization; cbsim.bands sets it in its draws, a plain run keeps the means
     jitter: bool = False
+    # in a draw: where in [0, 1) the host's level at t = 0 falls (slow below the slow share), so
+    # a band's draws are stratified over the starting level; -1 = drawn from `seed`
+    level_quantile: float = -1.0
 
     def __post_init__(self) -> None:
         check_keys(
@@ -136,6 +140,8 @@ class HostSpread:
         )
         check_range("hardware.host.spread.draws", self.draws, 1, 1000)
         check_range("hardware.host.spread.seed", self.seed, 0, 2**32 - 1)
+        if self.level_quantile != -1.0:
+            check_range("hardware.host.spread.level_quantile", self.level_quantile, 0.0, 1.0)
 
 
 @dataclass

@@ -6,8 +6,8 @@ phase at the expected factor, a constant: the point prediction. A band's draw
 (hardware.host.spread.jitter, seeded by hardware.host.spread.seed) runs one realization of the
 two-state continuous-time Markov process instead: exponential dwell times of the two means,
 starting from the stationary distribution (the level at t = 0 is slow with the slow share; by
-memorylessness the first dwell is a full one). A host phase pays the factor in force when it
-starts. Times are the simulator's, microseconds.
+memorylessness the first dwell is a full one; a band's draws stratified over that level). A
+host phase pays the factor in force when it starts. Times are the simulator's, microseconds.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ SEED_SALT = 0x5EED_4057
 class HostSpeed:
     """The host-cost factor at each simulated time: constant, or one seeded realization."""
 
-    def __init__(self, regimes: HostRegimes, realize: bool = False, seed: int = 0) -> None:
+    def __init__(
+        self, regimes: HostRegimes, realize: bool = False, seed: int = 0, quantile: float = -1.0
+    ) -> None:
+        """``quantile`` in [0, 1): where the level at t = 0 falls (slow below the slow share;
+        a band stratifies its draws over it); -1: drawn from the seed."""
         self.constant = not (realize and regimes.switching)
         self.factor = regimes.expected_factor  # a plain run's, for every phase
         if self.constant:
@@ -34,14 +38,16 @@ class HostSpeed:
         self._slow_factor = regimes.slow_factor
         self._dwell_us = (regimes.fast_dwell_s * 1e6, regimes.slow_dwell_s * 1e6)
         self._rng = np.random.default_rng((seed, SEED_SALT))
-        self._slow0 = bool(self._rng.random() < regimes.slow_share)
+        u = self._rng.random()
+        self._slow0 = bool((quantile if quantile >= 0 else u) < regimes.slow_share)
         self._ends: list[float] = []  # the end of each level's stay, in order; levels alternate
         self._extend(0.0)
 
     @classmethod
     def of(cls, host: HostCosts) -> HostSpeed:
         """A run's host speed: a band's draw realizes the regimes, a plain run takes the mean."""
-        return cls(host.regimes, realize=host.spread.jitter, seed=host.spread.seed)
+        sp = host.spread
+        return cls(host.regimes, realize=sp.jitter, seed=sp.seed, quantile=sp.level_quantile)
 
     def _extend(self, t_us: float) -> None:
         """Draw stays until one ends after ``t_us``."""
