@@ -14,14 +14,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from conftest import compose_cfg, load_config
 from omegaconf import OmegaConf
 
 from cbsim.calibration.calibrate import calibrate
 from cbsim.calibration.options import FitOptions
+from cbsim.calibration.profile import profile_yaml
 from cbsim.calibration.recordings import load
 from cbsim.calibration.regimes import HostLevels, fit_host_levels, two_levels
 from cbsim.calibration.result import Calibration
+from cbsim.calibration.run_config import hardware_from
 from cbsim.config.hardware import HostRegimes
 from cbsim.sim import run
 from cbsim.sim.host_speed import HostSpeed
@@ -119,6 +122,12 @@ def test_two_levels_are_found_with_their_factor_and_dwell_times(two_level_runs, 
     assert regimes.fast_dwell_s == pytest.approx(fast, rel=0.2)
     assert regimes.slow_dwell_s == pytest.approx(slow, rel=0.2)
     assert any("host regimes" in r.what for r in cal.rows)
+    # the profile carries them, commented, and reads back
+    text = profile_yaml(cal, "h200")
+    assert "  regimes:\n    slow_factor: " in text and "# fitted: host regimes" in text
+    back = hardware_from(yaml.safe_load(text)).host.regimes
+    assert back.slow_factor == pytest.approx(regimes.slow_factor, rel=1e-5)
+    assert back.slow_dwell_s == pytest.approx(regimes.slow_dwell_s, rel=1e-5)
     # the steps' factors: 1 at the fast level, the slow factor at the slow one, both present
     rec = two_level_runs[0]
     f = levels.at(rec, rec.forward.step.to_numpy())

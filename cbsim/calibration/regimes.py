@@ -200,9 +200,9 @@ def dwell_times(runs: list[RunLevels], slow_factor: float) -> HostRegimes | None
         np.add.at(exits, level[switch], 1)
     if time[1] <= 0:
         return None
-    fast, slow = time / np.maximum(exits, 1)
+    fast, slow = (float(v) for v in time / np.maximum(exits, 1))
     return HostRegimes(
-        slow_factor=max(slow_factor, 1.0), fast_dwell_s=max(fast, 1e-3), slow_dwell_s=slow
+        slow_factor=max(float(slow_factor), 1.0), fast_dwell_s=max(fast, 1e-3), slow_dwell_s=slow
     )
 
 
