@@ -40,3 +40,18 @@ def test_the_share_is_validated():
 
     with pytest.raises(ConfigError, match="attention_tile_share"):
         with_gpu(config(), attention_tile_share=1.5)
+
+
+def test_the_forward_fit_keeps_the_share_a_share():
+    """Calibration fits every float GPU term; the tile share within [0, 1], the others open."""
+    from cbsim.calibration.forward import ForwardProblem, gpu_terms
+    from cbsim.config.schema import HardwareConfig
+
+    hw = HardwareConfig()
+    problem = ForwardProblem(hw, [], gpu_terms(hw.gpu))
+    lower, upper = problem.bounds()
+    share, walk = (
+        problem.names.index(k) for k in ("attention_tile_share", "prefix_walk_us_per_element")
+    )
+    assert (lower[share], upper[share]) == (0.0, 1.0)
+    assert upper[walk] > 1.0
