@@ -55,3 +55,12 @@ def test_the_forward_fit_keeps_the_share_a_share():
     )
     assert (lower[share], upper[share]) == (0.0, 1.0)
     assert upper[walk] > 1.0
+
+
+def test_a_graph_tiles_by_the_longest_request_an_eager_step_by_its_own():
+    cfg = config()
+    cfg.workload = type(cfg.workload)(prompt_len=128, gen_len=256)  # graphs: a 384-token table
+    cm = CostModel(cfg)
+    step = Shape([1, 1], [300, 3000], kind="mixed")
+    assert cm.decode_tile(step, graph=True) == 128
+    assert cm.decode_tile(step, graph=False) == 64  # its own 3008-token table
