@@ -28,14 +28,15 @@ def _same(cfg, engine: str) -> None:
 @given(
     long_workloads(),
     st.sampled_from(["tiny", "llama3_1b", "llama3_8b"]),
-    st.sampled_from([0.0, 0.05]),
+    st.sampled_from([(0.0, 0.0), (0.05, 1.73)]),  # idle slowdown, the device's gap between forwards
     st.sampled_from([0, 7]),
     st.sampled_from([(0.0, 1.0), (0.2, 0.97)]),
     st.sampled_from([None, [1, 2, 4], []]),  # graphs as configured, up to 4 rows, none
 )
 def test_fast_forward_writes_the_trace_stepping_writes(
-    wl, model, slowdown, stall_every, band, graphs
+    wl, model, device, stall_every, band, graphs
 ):
+    slowdown, forward_gap = device
     engine = {} if graphs is None else {"cuda_graphs": bool(graphs)}
     if graphs:
         engine["graph_batch_sizes"] = graphs
@@ -51,6 +52,7 @@ def test_fast_forward_writes_the_trace_stepping_writes(
         gpu=dataclasses.replace(
             hw.gpu,
             idle_slowdown=slowdown,
+            forward_gap_us=forward_gap,
             spread=dataclasses.replace(hw.gpu.spread, forward_scale=scale),
         ),
         host=dataclasses.replace(

@@ -223,6 +223,9 @@ class GpuCosts:
     eager_kernel_gap_us: float = 2.0
     # GPU idle per kernel node inside a replayed graph, microseconds
     graph_node_gap_us: float = 0.5
+    # GPU idle between two forwards queued back to back on the compute stream (the events
+    # recorded around each forward, the next graph's or kernel's start on the device), us
+    forward_gap_us: float = 0.0
     # kernels per transformer layer (eager launches / graph nodes)
     kernels_per_layer: int = 14
     # kernels outside the layers (embedding, final norm, LM head, sampling)

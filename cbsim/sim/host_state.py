@@ -65,7 +65,7 @@ class HostState:
         self.speed = HostSpeed.of(config.hardware.host)  # every host cost times its factor
         self.sampler = Sampler(self.requests, w.ignore_eos, config.model.vocab_size, w.batch_size)
         self.sched = setup.scheduler
-        self.device = Device(self.engine.streams)
+        self.device = Device(self.engine.streams, config.hardware.gpu.forward_gap_us)
         self.launch_queue = LaunchQueue(config.hardware.gpu.launch_queue_depth)
         self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
         self._last_counters: dict[str, int] = {}

@@ -105,7 +105,7 @@ def enqueue_step(
     if costs.idle_slowdown and dev.compute.seq:
         # a compute stream that sat idle runs this forward slower
         tail = dev.compute.tail
-        begin = max(t + (hs.graph if graph else hs.kernel), tail)
+        begin = max(t + (hs.graph if graph else hs.kernel), tail + dev.compute.gap)
         if waits and h2d_done.time > begin:
             begin = h2d_done.time
         slow = costs.idle_slowdown_us(begin - tail)

@@ -55,11 +55,12 @@ def happens_before(op: Op | None, vc: tuple[int, ...] | list[int]) -> bool:
 class Stream:
     """An in-order queue on the GPU (a lane in the trace)."""
 
-    __slots__ = ("index", "lane", "tail", "seq", "vc", "busy_us")
+    __slots__ = ("index", "lane", "tail", "seq", "vc", "busy_us", "gap")
 
-    def __init__(self, index: int, lane: str, width: int) -> None:
+    def __init__(self, index: int, lane: str, width: int, gap: float = 0.0) -> None:
         self.index, self.lane = index, lane
         self.tail = 0.0  # end of the last enqueued op
+        self.gap = gap  # idle the device keeps between two ops queued back to back
         self.seq = 0  # ops enqueued so far
         self.vc = [0] * width  # what is known complete after the last enqueued op
         self.busy_us = 0.0
@@ -75,7 +76,8 @@ class Stream:
     ) -> Op:
         """Enqueue an op at host time ``now``; ``not_before_end``: it cannot end earlier (eager
         kernels are still being launched)."""
-        start = now if now > self.tail else self.tail
+        ready = self.tail + self.gap if self.seq else self.tail
+        start = now if now > ready else ready
         vc = list(map(max, self.vc, host_vc))
         for ev in waits:
             if ev.time > start:
@@ -126,10 +128,10 @@ class LaunchQueue:
 class Device:
     """The three streams (or one legacy default stream) and the host's knowledge of them."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, forward_gap_us: float = 0.0) -> None:
         if mode == "three":
             self.h2d = Stream(0, S.H2D, 3)
-            self.compute = Stream(1, S.COMPUTE, 3)
+            self.compute = Stream(1, S.COMPUTE, 3, forward_gap_us)
             self.d2h = Stream(2, S.D2H, 3)
             self.streams = (self.h2d, self.compute, self.d2h)
         else:

@@ -29,6 +29,7 @@ class StepLaunch:
         self.kl = hs.kernel
         self.body = hs.graph if c.graph else hs.kernel * c.kernels
         self.queue = host.launch_queue  # the real one: it holds what stepping leaves in it
+        self.gap = host.device.compute.gap  # the device's idle between queued forwards
         self.entries = 1 if c.graph else c.kernels
 
     def enqueue(
@@ -38,13 +39,14 @@ class StepLaunch:
         (h2d start, compute start, forward busy time, d2h start, host time after)."""
         ev = self.ev
         h_tail, c_tail, d_tail = tails
+        c_ready = c_tail + self.gap
         t = now + stage + self.cl
         h_start = t if t > h_tail else h_tail
         h_tail = h_start + h2d_us
         t += ev
         t += ev
         if self.slowdown:
-            begin = max(t + (self.body if self.graph else self.kl), c_tail)
+            begin = max(t + (self.body if self.graph else self.kl), c_ready)
             if h_tail > begin:
                 begin = h_tail
             idle = begin - c_tail
@@ -53,14 +55,14 @@ class StepLaunch:
                 fwd += slow
         if self.graph:
             t += self.body
-            c_start = t if t > c_tail else c_tail
+            c_start = t if t > c_ready else c_ready
             if h_tail > c_start:
                 c_start = h_tail
             c_tail = c_start + fwd
         else:
             first = t + self.kl
             t += self.body
-            c_start = first if first > c_tail else c_tail
+            c_start = first if first > c_ready else c_ready
             if h_tail > c_start:
                 c_start = h_tail
             c_tail = c_start + fwd
