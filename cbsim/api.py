@@ -3,6 +3,7 @@
     import cbsim
     r = cbsim.simulate("+experiment=long_seq", "engine=async")
     r.metrics["total_time_s"]        # the numbers metrics.json holds
+    r.metrics.get("bands")           # P5 / median / P95 when mode.bands draws them (cbsim.bands)
     r.steps.head()                   # one row per step and engine (pandas)
     r.spans.head()                   # one row per span and engine, ms from the run's start
     r.report("report.html")          # the run report
@@ -32,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.store import load_config, register_configs
+from cbsim.job_metrics import wants_bands
 from cbsim.metrics import compare_metrics, compute_metrics
 from cbsim.report import write_run_report
 from cbsim.report.frames import RunFrames, run_frames
@@ -89,7 +91,8 @@ class Result:
     def report(self, path: str | os.PathLike[str] = "report.html") -> Path:
         """Write the run report (self-contained HTML) and return its path."""
         runs = {e: (t, m) for (e, t), m in zip(self.traces.items(), self.engine_metrics().values())}
-        return write_run_report(runs, self.config, Path(path), files=[])  # no trace files
+        bands = self.metrics.get("bands")
+        return write_run_report(runs, self.config, Path(path), files=[], bands=bands)
 
 
 def _stacked(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -131,7 +134,12 @@ def simulate(*overrides: str, config: CbsimConfig | None = None) -> Result:
             "device_bytes_available": config.hardware.memory_bytes,
         }
         runs[engine] = (trace, {**compute_metrics(trace), **fit})
-    return Result(config, {e: t for e, (t, _) in runs.items()}, _metrics(runs))
+    metrics = _metrics(runs)
+    if wants_bands(config, in_sweep=False):  # as a single run of the command line
+        from cbsim.bands import predict_bands
+
+        metrics["bands"] = predict_bands(config)
+    return Result(config, {e: t for e, (t, _) in runs.items()}, metrics)
 
 
 def load_traces(*paths: str | os.PathLike[str]) -> Result:

@@ -21,7 +21,7 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.store import load_config, register_configs
 from cbsim.interrupts import exit_code, interrupts_raise, signal_name
-from cbsim.job_metrics import device_fit, run_metrics
+from cbsim.job_metrics import device_fit, run_metrics, wants_bands
 from cbsim.metrics import (
     MetricInputs,
     compute_metrics,
@@ -93,8 +93,24 @@ def _untraced(
     return None, {**metrics, **device_fit(result.memory, config.hardware.memory_bytes)}
 
 
+def in_multirun() -> bool:
+    """Whether this run is a job of a Hydra multirun (a sweep)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _bands(config: CbsimConfig) -> dict[str, Any] | None:
+    """cbsim.bands.predict_bands when mode.bands asks for it here, else None."""
+    if not wants_bands(config, in_multirun()):
+        return None
+    from cbsim.bands import predict_bands
+
+    log.debug("bands: %d draws per engine", config.hardware.host.spread.draws)
+    return predict_bands(config)
+
+
 def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Run each engine, write what config.output asks, and return the metrics object."""
+    """Run each engine, write what config.output asks, and return the metrics object (with
+    ``bands`` when mode.bands draws them)."""
     backend = _backend(config)
     engines = engines_of(config)
     out = config.output
@@ -116,21 +132,33 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
         name = trace_name("compare", False, bool(out.trace_gzip))
         log.debug("merged trace: %s", write_merged_trace(traces, run_dir / name))
     metrics = run_metrics({e: m for e, (_, m) in runs.items()})
+    bands = _bands(config)
+    if bands is not None:
+        metrics["bands"] = bands
     if out.report:
         from cbsim.report import write_run_report
 
         # a sweep's job reports share the sweep directory's one plotly.min.js
-        in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-        write_run_report(runs, config, run_dir / REPORT_FILE, run_dir.parent if in_sweep else None)
+        js_dir = run_dir.parent if in_multirun() else None
+        write_run_report(runs, config, run_dir / REPORT_FILE, js_dir, bands=bands)
     if out.print_table:
-        print(format_table({e: m for e, (_, m) in runs.items()}))
-        if "comparison" in metrics:
-            c = metrics["comparison"]
-            print(
-                f"async speedup x{c['speedup']:.3f}; GPU idle {c['gpu_idle_sync']:.2%} -> "
-                f"{c['gpu_idle_async']:.2%}"
-            )
+        print_table(runs, metrics)
     return metrics
+
+
+def print_table(runs: dict[str, tuple[Trace | None, dict[str, Any]]], metrics: dict) -> None:
+    """The metrics table, the async speedup of a pair, and the bands' lines under them."""
+    print(format_table({e: m for e, (_, m) in runs.items()}))
+    if "comparison" in metrics:
+        c = metrics["comparison"]
+        print(
+            f"async speedup x{c['speedup']:.3f}; GPU idle {c['gpu_idle_sync']:.2%} -> "
+            f"{c['gpu_idle_async']:.2%}"
+        )
+    if "bands" in metrics:
+        from cbsim.bands import format_bands
+
+        print(format_bands(metrics["bands"]))
 
 
 def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:

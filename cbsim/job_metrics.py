@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cbsim.config import CbsimConfig
+from cbsim.config.hardware import HardwareConfig
 from cbsim.metrics import compare_metrics
 
 
@@ -30,3 +32,26 @@ def run_metrics(per_engine: dict[str, dict[str, Any]]) -> dict[str, Any]:
     fits = [m.get("fits_device") for m in per_engine.values()]
     out["fits_device"] = None if None in fits else all(fits)
     return out
+
+
+def has_spread(hw: HardwareConfig) -> bool:
+    """Whether the profile carries any spread a band draws: host speed between calls or within a
+    run, two host speed levels, or the forward model's error."""
+    spread = hw.host.spread
+    return bool(
+        spread.between_calls
+        or spread.within_run
+        or hw.host.regimes.switching
+        or hw.gpu.spread.forward_error
+    )
+
+
+def wants_bands(config: CbsimConfig, in_sweep: bool) -> bool:
+    """Whether a run's metrics carry bands (mode.bands): never for a measurement; auto draws them
+    for a single simulated run whose profile has a spread, not in a sweep's jobs (each band costs
+    2 x hardware.host.spread.draws simulations)."""
+    if config.mode.name != "sim" or config.mode.bands == "false":
+        return False
+    if config.mode.bands == "true":
+        return True
+    return not in_sweep and has_spread(config.hardware)

@@ -27,6 +27,7 @@ DTYPES = ("bfloat16", "float16", "float32")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")
 ARRIVALS = ("offline", "poisson")
 STREAM_MODES = ("three", "default")
+BAND_CHOICES = ("auto", "true", "false")
 # the extra keys task=run reads, each with what it does (calibrate and validate declare theirs
 # in cbsim.validation.tasks.EXTRA_KEYS, capacity in cbsim.capacity.EXTRA_KEYS; profile_kernels
 # checks its own grid; cbsim.preflight refuses any other)
@@ -54,9 +55,20 @@ class ModeConfig:
     # runtime on CUDA only: RMSNorm and RoPE as one Triton kernel each (2.1 ms/step less at the 8B
     # seed shape; seed 32 x (256 + 8192) async 101.5 s -> 82.3 s, experiments/runtime/README.md)
     fuse_norm_rope: bool = True
+    # sim only: P5 / median / P95 of total time, GPU idle and async speedup (cbsim.bands; 2 x
+    # hardware.host.spread.draws more simulations): auto = for a single run whose profile has a
+    # spread, not inside sweep jobs; true = always; false = never. A measurement has no band
+    bands: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("mode.name", self.name, MODES)
+        self.bands = str(self.bands).lower()  # the command line's mode.bands=true is a bool
+        check_choice("mode.bands", self.bands, BAND_CHOICES)
+        if self.name == "runtime" and self.bands == "true":
+            raise ConfigError(
+                "mode.bands=true with mode=runtime: a measurement has no band (bands are the "
+                "simulator's spread of host speed); allowed with mode=runtime: auto, false"
+            )
         # (no "flex": the runtime implements none; it refused it only after building the model)
         check_choice("mode.attention", self.attention, ("auto", "torch", "triton"))
         if self.name == "runtime" and self.attention == "triton" and self.device.startswith("cpu"):

@@ -28,12 +28,13 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
+from cbsim.bands import predict_bands
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.schema import RUN_EXTRA_KEYS
 from cbsim.config.store import load_config, register_configs
 from cbsim.config.values import replace_values
-from cbsim.job_metrics import device_fit, run_metrics
+from cbsim.job_metrics import device_fit, run_metrics, wants_bands
 from cbsim.metrics import MetricInputs, metrics_from
 from cbsim.sim import iter_many
 from cbsim.sweep.compose import is_value_override
@@ -88,14 +89,21 @@ def measure(tables: dict[str, Any]) -> dict[str, Any]:
     return {**metrics_from(MetricInputs(**tables)), **device_fit(tables["memory"], available)}
 
 
+def point_metrics(config: CbsimConfig, per_engine: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A point's metrics.json, with its bands where mode.bands=true asks for them (a sweep's
+    points have none on auto: 2 x draws simulations each)."""
+    metrics = run_metrics(per_engine)
+    if wants_bands(config, in_sweep=True):
+        metrics["bands"] = predict_bands(config)
+    # as a job's metrics.json reads back (key-sorted JSON), so both routes tabulate the same
+    return json.loads(json.dumps(metrics, sort_keys=True, default=str))
+
+
 def simulate_chunk(configs: list[CbsimConfig]) -> list[dict[str, Any]]:
     """metrics.json of each config (a worker process's task)."""
     dicts = [dataclasses.asdict(c) for c in configs]
-    # as a job's metrics.json reads back (key-sorted JSON), so both routes tabulate the same
-    return [
-        json.loads(json.dumps(run_metrics(per), sort_keys=True, default=str))
-        for per in iter_many(configs, measure, config_dicts=dicts)
-    ]
+    per_point = iter_many(configs, measure, config_dicts=dicts)
+    return [point_metrics(c, per) for c, per in zip(configs, per_point)]
 
 
 def run_grid(out_dir: Path, overrides: list[str], jobs: int = 1, html: bool = True) -> SweepResult:

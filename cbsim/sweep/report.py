@@ -156,15 +156,33 @@ def figures(page: Page, comp: pd.DataFrame, keys: list[str], threshold: float) -
         )
 
 
+# the pair table's band columns (comparison.csv's <stem>_p5 / _p95, cbsim.sweep.summary)
+BAND_STEMS = ("speedup", "gpu_idle_sync", "gpu_idle_async")
+
+
 def pair_table(comp: pd.DataFrame, keys: list[str], threshold: float) -> str:
+    """One row per setting; with bands (mode.bands=true), each band's P5-P95 beside its value."""
     cols = [c for c in (*keys, *PAIR_COLUMNS) if c in comp]
+    stems = [s for s in BAND_STEMS if f"{s}_p5" in comp]
     records = comp.sort_values(keys).to_dict("records") if keys else comp.to_dict("records")
-    rows = [[_cell(c, r[c]) for c in cols] for r in records]
+    rows = [[_cell(c, r[c]) for c in cols] + [_band_cell(s, r) for s in stems] for r in records]
     classes = [
         [("good" if r["speedup"] >= threshold else "bad") if c == "speedup" else "" for c in cols]
+        + [""] * len(stems)
         for r in records
     ]
-    return table(cols, rows, classes)
+    return table(cols + [f"{s} P5-P95" for s in stems], rows, classes)
+
+
+def _band_cell(stem: str, record: dict[str, Any]) -> str:
+    low, high = record.get(f"{stem}_p5"), record.get(f"{stem}_p95")
+    if (
+        low is None
+        or high is None
+        or any(isinstance(v, float) and math.isnan(v) for v in (low, high))
+    ):
+        return "-"
+    return f"{_cell(stem, low)} to {_cell(stem, high)}"
 
 
 def _cell(col: str, value: Any) -> str:

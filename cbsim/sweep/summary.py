@@ -39,6 +39,18 @@ LEAD_METRICS = (
 )
 
 
+# a point's bands (metrics "bands", cbsim.bands.predict_bands) as comparison.csv's columns:
+# column stem -> the path in the bands dict; each stem gets _p5, _median and _p95
+BAND_COLUMNS = {
+    "speedup": ("speedup",),
+    "gpu_idle_sync": ("sync", "gpu_idle_fraction"),
+    "gpu_idle_async": ("async", "gpu_idle_fraction"),
+    "time_sync_s": ("sync", "total_time_s"),
+    "time_async_s": ("async", "total_time_s"),
+}
+BAND_QUANTILES = ("p5", "median", "p95")
+
+
 @dataclass
 class Job:
     num: int | None
@@ -178,8 +190,14 @@ def summary_frame(jobs: list[Job], sweep_dir: Path) -> pd.DataFrame:
     first = [c for c in frame.columns if c in row_keys(jobs)]
     lead = [c for c in frame.columns if c.split(".")[-1] in LEAD_METRICS and c not in first]
     lead.sort(key=lambda c: LEAD_METRICS.index(c.split(".")[-1]))
-    rest = [c for c in frame.columns if c not in first and c not in lead]
-    return frame[first + lead + rest]
+    # then the bands' quantiles (bands.speedup.p5, bands.sync.total_time_s.median, ...)
+    bands = [
+        c
+        for c in frame.columns
+        if c.startswith("bands.") and c.split(".")[-1] in BAND_QUANTILES and c not in lead
+    ]
+    rest = [c for c in frame.columns if c not in first and c not in lead and c not in bands]
+    return frame[first + lead + bands + rest]
 
 
 def row_keys(jobs: list[Job]) -> list[str]:
@@ -209,6 +227,8 @@ def comparison_frame(jobs: list[Job]) -> pd.DataFrame:
         elif m.get("engine") in ("sync", "async"):
             name = "async_" if m["engine"] == "async" else "sync"
             by_setting.setdefault(setting, {})[name] = m
+        if isinstance(m.get("bands"), dict):  # both engines' bands, whichever job drew them
+            by_setting.setdefault(setting, {})["bands"] = m["bands"]
     rows = []
     for setting, pair in by_setting.items():
         if "sync" not in pair or "async_" not in pair:
@@ -226,9 +246,24 @@ def comparison_frame(jobs: list[Job]) -> pd.DataFrame:
                 "step_ms_sync": s.get("step_time_ms_mean"),
                 "step_ms_async": a.get("step_time_ms_mean"),
                 "hazards_async": a.get("hazards"),
+                **band_columns(pair.get("bands")),
             }
         )
     return pd.DataFrame(rows, columns=None if rows else [*keys, "speedup"])
+
+
+def band_columns(bands: dict[str, Any] | None) -> dict[str, Any]:
+    """A setting's bands as flat columns (speedup_p5, ..., time_async_s_p95); none without."""
+    if not bands:
+        return {}
+    out = {}
+    for stem, path in BAND_COLUMNS.items():
+        node: Any = bands
+        for key in path:
+            node = (node or {}).get(key)
+        for q in BAND_QUANTILES:
+            out[f"{stem}_{q}"] = (node or {}).get(q)
+    return out
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
