@@ -107,6 +107,9 @@ def test_a_grid_sweep_carries_bands_only_when_asked(tmp_path):
         assert (comp[f"{stem}_median"] <= comp[f"{stem}_p95"]).all(), stem
     summary = pd.read_csv(tmp_path / "on" / "summary.csv")
     assert summary["bands.speedup.median"].notna().all()
+    cols = list(summary.columns)  # the bands after the lead metrics: speedup, sync, async
+    order = ["fits_device", "bands.speedup.p5", "bands.speedup.p95", "bands.sync.total_time_s.p5"]
+    assert [cols.index(c) for c in order] == sorted(cols.index(c) for c in order)
     assert "speedup P5-P95" in (tmp_path / "on" / "sweep.html").read_text()
 
 

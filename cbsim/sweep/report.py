@@ -110,6 +110,8 @@ def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: fl
         page.para(NOTE.format(t=threshold), "note")
         figures(page, comp, keys, threshold)
         page.heading("All pairs")
+        if "speedup_p5" in comp:
+            page.para(BAND_NOTE, "note")
         page.add(pair_table(comp, keys, threshold))
     missing = [j for j in jobs if j.status != FINISHED]
     if missing:
@@ -156,6 +158,11 @@ def figures(page: Page, comp: pd.DataFrame, keys: list[str], threshold: float) -
         )
 
 
+BAND_NOTE = (
+    "P5-P95: the band of the setting over the profile's measured spread of host speed and of the "
+    "forward model's error (mode.bands=true, cbsim.bands; '-' where the setting drew none); the "
+    "medians are in comparison.csv."
+)
 # the pair table's band columns (comparison.csv's <stem>_p5 / _p95, cbsim.sweep.summary)
 BAND_STEMS = ("speedup", "gpu_idle_sync", "gpu_idle_async")
 

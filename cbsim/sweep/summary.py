@@ -190,14 +190,22 @@ def summary_frame(jobs: list[Job], sweep_dir: Path) -> pd.DataFrame:
     first = [c for c in frame.columns if c in row_keys(jobs)]
     lead = [c for c in frame.columns if c.split(".")[-1] in LEAD_METRICS and c not in first]
     lead.sort(key=lambda c: LEAD_METRICS.index(c.split(".")[-1]))
-    # then the bands' quantiles (bands.speedup.p5, bands.sync.total_time_s.median, ...)
-    bands = [
-        c
-        for c in frame.columns
-        if c.startswith("bands.") and c.split(".")[-1] in BAND_QUANTILES and c not in lead
-    ]
+    # then the bands' quantiles: bands.speedup.p5 / .median / .p95, bands.sync.total_time_s.*, ...
+    bands = sorted(
+        (c for c in frame.columns if c.startswith("bands.") and c.split(".")[-1] in BAND_QUANTILES),
+        key=_band_order,
+    )
     rest = [c for c in frame.columns if c not in first and c not in lead and c not in bands]
     return frame[first + lead + bands + rest]
+
+
+def _band_order(column: str) -> tuple[int, int, int]:
+    """speedup, then sync and async; total time before GPU idle; P5, median, P95."""
+    parts = column.split(".")
+    groups, metrics = ("speedup", "sync", "async"), ("total_time_s", "gpu_idle_fraction")
+    group = groups.index(parts[1]) if parts[1] in groups else len(groups)
+    metric = metrics.index(parts[2]) if len(parts) > 3 and parts[2] in metrics else 0
+    return group, metric, BAND_QUANTILES.index(parts[-1])
 
 
 def row_keys(jobs: list[Job]) -> list[str]:
