@@ -52,6 +52,15 @@ def test_a_run_writes_its_bands_into_metrics_json_and_the_table(tmp_path, capsys
     assert again["bands"] == bands, "same seed, same bands"
 
 
+def test_the_api_draws_the_command_lines_bands(tmp_path):
+    import cbsim
+
+    r = cbsim.simulate(*TINY)
+    assert r.metrics["bands"] == _run(tmp_path / "app", QUIET)["bands"]
+    assert "host-speed draws" in r.report(tmp_path / "r.html").read_text()
+    assert "bands" not in cbsim.simulate(*TINY, "mode.bands=false").metrics
+
+
 def test_bands_false_writes_none_and_auto_needs_a_spread(tmp_path):
     assert "bands" not in _run(tmp_path / "off", [*QUIET, "mode.bands=false"])
     flat = make_config(
