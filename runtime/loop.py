@@ -82,9 +82,8 @@ class LoopState:
         self.generated += kept
         if self.sched.last_first_token_rids:
             rec.first_token(t2, self.sched.last_first_token_rids, row)
-        for rid in finished:
-            state = self.sched.request(rid)
-            rec.finished(t2, rid, row, state.num_outputs, state.finish_reason)
+        for rid in finished:  # counts only: a snapshot copies the outputs (0.1-18 ms a step)
+            rec.finished(t2, rid, row, self.sched.num_outputs(rid), self.sched.finish_reason(rid))
         if t2 - rec.t0 >= self.next_progress_s:
             self.next_progress_s += PROGRESS_EVERY_S
             log.info(
