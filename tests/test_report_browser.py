@@ -154,3 +154,5 @@ def test_a_simulated_run_report_opens(chromium, tmp_path):
     res = run_cli(args, cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     check(chromium.open(tmp_path / "run" / "report.html"), 4)
+    # mode.bands=auto on h200 (a spread): the page that drew cleanly holds the bands table
+    assert "host-speed draws" in (tmp_path / "run" / "report.html").read_text()
