@@ -63,10 +63,18 @@ Level = Callable[[Recorded, np.ndarray], np.ndarray]
 HOST_PHASES = (S.SCHEDULE, S.PREPARE, S.UPDATE)
 
 
-def phase_spans(rec: Recorded, phase: str) -> pd.DataFrame:
+# a run's host spans of each phase, by (trace path, phase): built once for a fit's passes
+PhaseSpans = dict[tuple[object, str], pd.DataFrame]
+
+
+def phase_spans(rec: Recorded, phase: str, cache: PhaseSpans | None = None) -> pd.DataFrame:
     """The run's host spans of ``phase`` with what the phase cost reads: step, ts, end, dur,
     requests, tokens (query tokens; for update the sampled ones, as the simulator charges) and
-    KV blocks."""
+    KV blocks; kept in ``cache`` when given."""
+    if cache is not None:
+        if (rec.path, phase) not in cache:
+            cache[(rec.path, phase)] = phase_spans(rec, phase)
+        return cache[(rec.path, phase)]
     sp = rec.spans
     p = sp[(sp.lane == S.HOST) & (sp.name == phase)]
     if phase == S.UPDATE:
@@ -83,13 +91,15 @@ def phase_prediction(cost: PhaseCost, spans: pd.DataFrame) -> np.ndarray:
     return sum(getattr(cost, k) * np.asarray(v, float) for k, v in counts.items())
 
 
-def phase_table(recs: list[Recorded], phase: str, level: Level | None = None) -> np.ndarray:
+def phase_table(
+    recs: list[Recorded], phase: str, level: Level | None = None, cache: PhaseSpans | None = None
+) -> np.ndarray:
     """One row per host span of ``phase`` with a duration: requests, tokens, duration (at the
     fast level: divided by its step's ``level``), trace index, the update index it falls at (the
     stall period is counted in updates), KV blocks."""
     parts = []
     for i, rec in enumerate(recs):
-        p = phase_spans(rec, phase)
+        p = phase_spans(rec, phase, cache)
         sp = rec.spans
         updates = np.sort(sp[(sp.lane == S.HOST) & (sp.name == S.UPDATE)].ts)
         at = np.searchsorted(updates, p.ts.to_numpy())
@@ -101,7 +111,11 @@ def phase_table(recs: list[Recorded], phase: str, level: Level | None = None) ->
 
 
 def fit_host_phases(
-    recs: list[Recorded], cal: Calibration, level: Level | None = None, slow_factor: float = 1.0
+    recs: list[Recorded],
+    cal: Calibration,
+    level: Level | None = None,
+    slow_factor: float = 1.0,
+    cache: PhaseSpans | None = None,
 ) -> None:
     """Each phase by least squares on its spans at the fast level, robustly: spans far above the
     fit (a garbage collection, an allocator trim) are left out and become the periodic host
@@ -115,7 +129,7 @@ def fit_host_phases(
     # the phase cost's own form: one column per coefficient (PhaseCost.counts)
     names = list(PhaseCost.counts(1, 1, 1))
     for phase in HOST_PHASES:
-        data = phase_table(recs, phase, level)
+        data = phase_table(recs, phase, level, cache)
         if not len(data):
             continue
         updates += len(data) if phase == S.UPDATE else 0

@@ -25,6 +25,7 @@ import pandas as pd
 from cbsim.calibration.fit import Fit
 from cbsim.calibration.host import (
     HOST_PHASES,
+    PhaseSpans,
     fit_host_phases,
     phase_prediction,
     phase_spans,
@@ -82,12 +83,12 @@ class HostLevels:
         return out
 
 
-def step_speeds(rec: Recorded, host: HostCosts) -> pd.DataFrame:
+def step_speeds(rec: Recorded, host: HostCosts, cache: PhaseSpans | None = None) -> pd.DataFrame:
     """Per step with host phases (sorted): its first span's ts and its host speed, the phases'
     recorded time over the phase model's."""
     parts = []
     for phase in HOST_PHASES:
-        p = phase_spans(rec, phase)
+        p = phase_spans(rec, phase, cache)
         parts.append(
             p.assign(pred=phase_prediction(getattr(host, phase), p))[["step", "ts", "dur", "pred"]]
         )
@@ -153,7 +154,9 @@ def smooth(slow: np.ndarray) -> np.ndarray:
     return out
 
 
-def find_levels(recs: list[Recorded], host: HostCosts) -> tuple[HostLevels, HostRegimes | None]:
+def find_levels(
+    recs: list[Recorded], host: HostCosts, cache: PhaseSpans | None = None
+) -> tuple[HostLevels, HostRegimes | None]:
     """Every run's windows split into the two levels; the pooled regimes (None: one level).
 
     The windows are split per engine (the phase model, fitted over both engines, reads the two
@@ -161,7 +164,9 @@ def find_levels(recs: list[Recorded], host: HostCosts) -> tuple[HostLevels, Host
     at one level throughout is told slow or fast by the other runs. A run with enough windows at
     both levels has its own slow factor (its slow windows' median over its fast ones'); the
     pooled factor is the median of those, and the others' slow windows take it."""
-    runs = {rec.path: run_windows(step_speeds(rec, host)) for rec in recs if not rec.imported}
+    runs = {
+        rec.path: run_windows(step_speeds(rec, host, cache)) for rec in recs if not rec.imported
+    }
     runs = {p: r for p, r in runs.items() if len(r.log_speed)}
     engines = {rec.path: rec.engine for rec in recs}
     for engine in set(engines[p] for p in runs):
@@ -211,11 +216,12 @@ def fit_host_levels(recs: list[Recorded], cal: Calibration, levels: HostLevels) 
     filled with every run's step factors for the other host fits (wait, launch, spread)."""
     hw = cal.hardware
     found, regimes = HostLevels(), None
+    cache: PhaseSpans = {}
     for _ in range(PASSES):
         scratch = Calibration(dataclasses.replace(hw, host=dataclasses.replace(hw.host)))
-        fit_host_phases(recs, scratch, *at_fast_level(found, regimes))
-        found, regimes = find_levels(recs, scratch.hardware.host)
-    fit_host_phases(recs, cal, *at_fast_level(found, regimes))
+        fit_host_phases(recs, scratch, *at_fast_level(found, regimes), cache=cache)
+        found, regimes = find_levels(recs, scratch.hardware.host, cache)
+    fit_host_phases(recs, cal, *at_fast_level(found, regimes), cache=cache)
     levels.runs = found.runs if regimes else {}
     row_regimes(found, regimes, cal)
 
