@@ -235,10 +235,6 @@ class ModelRunner:
                 with torch.cuda.graph(g, pool=self.pool, stream=stream):
                     self.step_body(slot, self.graph_layouts[b])
                 self.graphs[(slot.index, b)] = g
-            with torch.cuda.stream(stream):  # a graph's first replay costs 0.5-1 ms of launch
-                for b in order:
-                    self._load_dummy(slot, b)
-                    self.graphs[(slot.index, b)].replay()
             torch.cuda.synchronize()
             used, how = self._pool_bytes(base)
             if slot.index == 0:
