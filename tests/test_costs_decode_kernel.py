@@ -64,3 +64,41 @@ def test_a_graph_tiles_by_the_longest_request_an_eager_step_by_its_own():
     step = Shape([1, 1], [300, 3000], kind="mixed")
     assert cm.decode_tile(step, graph=True) == 128
     assert cm.decode_tile(step, graph=False) == 64  # its own 3008-token table
+
+
+def test_the_share_falls_with_the_tiles_kv_bytes_over_the_batch():
+    """share / (1 + rows x a tile's KV bytes per request / attention_tile_share_bytes)."""
+    cfg = with_gpu(config(), attention_tile_share=1.0)
+    m = cfg.model
+    tile_bytes = 2 * m.num_kv_heads * m.head_dim * m.dtype_bytes * 128
+    fall = 64 * tile_bytes  # the share halves at 64 requests
+
+    def at(requests: int, share: float, nbytes: float) -> float:
+        c = with_gpu(config(), attention_tile_share=share, attention_tile_share_bytes=nbytes)
+        c.workload = type(c.workload)(prompt_len=128, gen_len=256)
+        step = Shape([1] * requests, [129] * requests)
+        return CostModel(c).forward(step, graph=True, carry_over=False).attention_us
+
+    for requests, expected in ((64, 0.5), (192, 0.25)):
+        per_token, tiled = at(requests, 0.0, 0.0), at(requests, 1.0, 0.0)
+        got = (at(requests, 1.0, fall) - per_token) / (tiled - per_token)
+        assert got == pytest.approx(expected)
+    assert at(64, 1.0, 0.0) > at(64, 1.0, fall)
+
+
+def test_the_measured_share_and_its_fall_are_not_fitted():
+    from cbsim.calibration.forward import fitted_terms
+    from cbsim.config.schema import HardwareConfig
+
+    hw = HardwareConfig()
+    assert "attention_tile_share" in fitted_terms(hw.gpu)
+    assert "attention_tile_share_bytes" not in fitted_terms(hw.gpu)
+    measured = with_gpu(config(), attention_tile_share_bytes=1e8).hardware.gpu
+    assert "attention_tile_share" not in fitted_terms(measured)
+
+
+def test_a_negative_fall_is_refused():
+    from cbsim.config import ConfigError
+
+    with pytest.raises(ConfigError, match="attention_tile_share_bytes"):
+        with_gpu(config(), attention_tile_share_bytes=-1.0)

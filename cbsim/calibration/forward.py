@@ -45,6 +45,9 @@ ANCHORED = ("attention_flops_eff",)
 UNBOUNDED_TOLERANCE = 1.02
 # terms that are shares of a kernel's time: fitted within [0, this]
 SHARES = {"attention_tile_share": 1.0}
+# measured on the device, never fitted: the tile share's fall with the batch's tile bytes and,
+# once that fall is measured (> 0), the share itself (experiments/kernels/h200_probe)
+TILE_MEASURED = ("attention_tile_share_bytes", "attention_tile_share")
 # (shape, replayed as a graph, carry-over ran, carry-over in a span of its own, idle before)
 Sample = tuple[Any, bool, bool, bool, float]
 
@@ -173,8 +176,15 @@ def forward_problem(recs: list[Recorded], cal: Calibration, options: FitOptions)
         "eager_kernel_gap_us, graph_node_gap_us kept: the GPU's gap between kernels is measured "
         "from a Kineto trace (kernel_busy_us per forward), not from event-timed spans"
     )
-    terms = [t for t in gpu_terms(cal.hardware.gpu) if t not in GPU_LAST]
-    return ForwardProblem(cal.hardware, data, terms)
+    if cal.hardware.gpu.attention_tile_share_bytes > 0:
+        cal.notes.append("attention_tile_share kept: measured with its fall over the batch")
+    return ForwardProblem(cal.hardware, data, fitted_terms(cal.hardware.gpu))
+
+
+def fitted_terms(gpu) -> list[str]:
+    """The GPU terms the forward fit moves: not the per-kernel gaps, nor what was measured."""
+    measured = TILE_MEASURED if gpu.attention_tile_share_bytes > 0 else TILE_MEASURED[:1]
+    return [t for t in gpu_terms(gpu) if t not in (*GPU_LAST, *measured)]
 
 
 class ForwardFit:

@@ -283,6 +283,10 @@ class GpuCosts:
     # this share is charged at each context rounded up to its tile (h200_run9: the decode step's
     # residual is a sawtooth in context mod the tile, largest just past a multiple). 0 = per token
     attention_tile_share: float = 0.0
+    # The share falls as a tile's KV bytes over the batch grow (the kernel then bound by bytes,
+    # per token): attention_tile_share / (1 + rows x kv heads x head_dim x tile x 2 x dtype bytes
+    # / this), one layer. 0 = the same share at every batch
+    attention_tile_share_bytes: float = 0.0
     # A compute stream that sat idle runs its next forward slower (clocks and caches cooling
     # down while the host works): the forward takes idle_slowdown us longer per us of idle before
     # it (sync vs async on the same batches: h200_run1 and run3 +5..60 us after 0.3..1.5 ms of
@@ -329,6 +333,7 @@ class GpuCosts:
                 "attention_walk_us_per_token",
                 "idle_slowdown",
                 "prefix_walk_us_per_element",
+                "attention_tile_share_bytes",
             ),
         )
 

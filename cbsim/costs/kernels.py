@@ -55,6 +55,9 @@ class KernelCosts:
         self.elementwise = elementwise_ops(m)
         self.layers, self.hidden, self.vocab = m.num_layers, m.hidden_size, m.vocab_size
         self.attn_shape = (m.num_heads, m.head_dim, m.num_kv_heads)
+        # one layer's KV bytes per token of every request's tile, and where the share halves
+        self.kv_bytes_per_token = 2 * m.num_kv_heads * m.head_dim * m.dtype_bytes
+        self.tile_share_bytes = hw.gpu.attention_tile_share_bytes
         self.has_copies = self.table.has("h2d") and self.table.has("d2h")
         self._linear: dict[int, float] = {}
         self._lm_head: dict[int, float] = {}
@@ -91,16 +94,25 @@ class KernelCosts:
     def decode_attention_us(self, rows: int, mean_context: float) -> float:
         return self.layers * self.t("decode_attention", *self.attn_shape, rows, mean_context)
 
+    def tile_share(self, rows: int, tile: int, share: float) -> float:
+        """The share of the decode kernel's time that grows per whole tile at ``rows`` requests:
+        ``share`` for a latency-bound batch, falling as the tile's KV bytes over the batch grow
+        (experiments/kernels/h200_probe: 0.66 at 1 request, 0.33 at 256 of the 8B shape)."""
+        if not self.tile_share_bytes:
+            return share
+        return share / (1.0 + rows * self.kv_bytes_per_token * tile / self.tile_share_bytes)
+
     def decode_rows_us(self, ctx: np.ndarray, tile: int, tile_share: float) -> float:
         """The paged decode kernel over requests of contexts ``ctx``: it reads live tokens only
-        but computes whole tiles of ``tile`` tokens, so ``tile_share`` of its time is charged
-        at each context rounded up to its tile (the table's contexts are tile multiples, where
-        the two agree; between them the table is interpolated per token)."""
+        but computes whole tiles of ``tile`` tokens, so a share of its time (``tile_share``) is
+        charged at each context rounded up to its tile (the table's contexts are tile multiples,
+        where the two agree; between them the table is interpolated per token)."""
         rows = len(ctx)
         total = int(ctx.sum())
         per_token = self.decode_attention_us(rows, total / rows)
         if not tile_share:
             return per_token
+        tile_share = self.tile_share(rows, tile, tile_share)
         tiled = int((-(-ctx // tile)).sum()) * tile
         if tiled == total:
             return per_token
