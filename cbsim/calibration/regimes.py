@@ -95,14 +95,17 @@ def step_speeds(rec: Recorded, host: HostCosts, cache: PhaseSpans | None = None)
     df = pd.concat(parts)
     df = df[df.step >= 0]
     g = df.groupby("step").agg(ts=("ts", "min"), obs=("dur", "sum"), pred=("pred", "sum"))
-    g = g[(g.obs > 0) & (g.pred > 0)].sort_values("ts")
+    g = g[(g.obs > 0) & (g.pred > 0)].sort_index()
     return pd.DataFrame({"ts": g.ts, "speed": g.obs / g.pred})
 
 
-def run_windows(speeds: pd.DataFrame) -> RunLevels:
-    """Consecutive steps grouped into windows of ``WINDOW_S`` and ``WINDOW_STEPS`` or more (the
-    run's last steps join the last window); each window's log of its median speed."""
-    ts, speed = speeds.ts.to_numpy(float), speeds.speed.to_numpy(float)
+def run_windows(speeds: pd.DataFrame, decode: set) -> RunLevels:
+    """The run's decode steps (where the phase model is exact about the batch: a mixed step's
+    misfit is not to be read as speed) grouped into windows of ``WINDOW_S`` and
+    ``WINDOW_STEPS`` or more, each the log of its median speed; every step with host phases,
+    decode or not, takes the window it falls in by time."""
+    dec = speeds[speeds.index.isin(decode)]
+    ts, speed = dec.ts.to_numpy(float), dec.speed.to_numpy(float)
     of_step = np.zeros(len(ts), dtype=int)
     starts, w, first = [], 0, 0
     for i in range(len(ts)):
@@ -114,13 +117,20 @@ def run_windows(speeds: pd.DataFrame) -> RunLevels:
         starts.append(first)
     bounds = np.append(ts[starts], ts[-1] if len(ts) else 0.0) if starts else np.zeros(1)
     logs = np.array([np.log(np.median(speed[of_step == k])) for k in range(len(starts))])
+    every = speeds.ts.to_numpy(float)
+    window = np.clip(np.searchsorted(bounds[:-1], every, side="right") - 1, 0, None)
     return RunLevels(
         start_us=bounds[:-1],
         length_s=np.maximum(np.diff(bounds), 0.0) / 1e6,
         log_speed=logs,
         steps=speeds.index.to_numpy(),
-        window_of_step=of_step,
+        window_of_step=window if len(logs) else np.zeros(len(every), dtype=int),
     )
+
+
+def decode_steps(rec: Recorded) -> set:
+    fwd = rec.forward
+    return set(fwd[fwd.kind == "decode"].step)
 
 
 def two_levels(x: np.ndarray, w: np.ndarray) -> tuple[float, float] | None:
@@ -165,7 +175,9 @@ def find_levels(
     both levels has its own slow factor (its slow windows' median over its fast ones'); the
     pooled factor is the median of those, and the others' slow windows take it."""
     runs = {
-        rec.path: run_windows(step_speeds(rec, host, cache)) for rec in recs if not rec.imported
+        rec.path: run_windows(step_speeds(rec, host, cache), decode_steps(rec))
+        for rec in recs
+        if not rec.imported
     }
     runs = {p: r for p, r in runs.items() if len(r.log_speed)}
     engines = {rec.path: rec.engine for rec in recs}
@@ -178,9 +190,12 @@ def find_levels(
             if not len(r.slow):
                 r.slow = np.zeros(len(r.log_speed), dtype=bool)
     gaps = {p: g for p, r in runs.items() if (g := own_gap(r)) is not None}
-    if not any(r.slow.any() for r in runs.values()):
+    if not gaps:
+        # no run shows both levels at length: a few windows off the model are not a second level
+        for r in runs.values():
+            r.slow[:] = False
         return HostLevels(runs), None
-    pooled = float(np.median(list(gaps.values()))) if gaps else np.log(MIN_SLOW_FACTOR)
+    pooled = float(np.median(list(gaps.values())))
     for p, r in runs.items():
         r.factor = float(np.exp(gaps.get(p, pooled)))
     return HostLevels(runs), dwell_times(list(runs.values()), float(np.exp(pooled)))

@@ -12,7 +12,7 @@ import numpy as np
 from cbsim.calibration.fit import Fit
 from cbsim.calibration.host import Level
 from cbsim.calibration.recordings import Recorded
-from cbsim.calibration.regimes import step_speeds
+from cbsim.calibration.regimes import decode_steps, step_speeds
 from cbsim.calibration.result import Calibration, Row
 from cbsim.config.hardware import HostCosts
 from cbsim.trace import schema as S
@@ -22,11 +22,6 @@ HOST_WORK = (S.SCHEDULE, S.PREPARE, S.LAUNCH, S.UPDATE)
 P5_P95_SIGMAS = 3.29
 # decode steps a run needs before its spread is counted
 MIN_STEPS = 20
-
-
-def decode_steps(rec: Recorded) -> set:
-    fwd = rec.forward
-    return set(fwd[fwd.kind == "decode"].step)
 
 
 def host_per_decode_step(rec: Recorded, level: Level | None = None) -> np.ndarray:
