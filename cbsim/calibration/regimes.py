@@ -5,8 +5,9 @@ guest (experiments/runtime/h200_run10_diag). In a trace the switch shows as the 
 whole stretches of steps taking 1.6-3x their usual time at the same batch. So: each step's host
 speed is its schedule + prepare + update time over what the phase model (fitted at the fast
 level) gives for that step's batch, so that batch and token changes are not read as speed; the
-median over a window of steps (``WINDOW_S``, ``WINDOW_STEPS``) is the window's speed; the windows
-of every run, in log speed, are split into two levels (two means, one threshold); a run's slow
+median over a window of decode steps (``WINDOW_S``, ``WINDOW_STEPS``) is the window's speed, and
+every step takes the level of the window it falls in; the windows of every run, in log speed,
+are split into two levels (two means per engine, one threshold); a run's slow
 factor is its slow level over its fast level, pooled over the runs that show both. The dwell
 times are exponential means with censoring: the time spent at a level over the switches out of
 it, so a run that is all one level adds its time and no switch. The phases are fitted again with
