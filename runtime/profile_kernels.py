@@ -174,6 +174,18 @@ def _decode_kernel(cfg: CbsimConfig, dev: torch.device):
     return decode_torch
 
 
+def decode_calls(kernel, kc, vc, hq: int, b: int, ctx: int, width: int, scale: float) -> list:
+    """The decode kernel on `b` requests at context `ctx` with tables `width` blocks wide, one
+    call per copy of the tables (as many as the cache holds and rotating past L2 needs)."""
+    blocks, _, hkv, d = kc.shape
+    per_token = 2 * hkv * d * 2
+    copies = max(1, min(_copies(b * ctx * per_token, 1), (blocks - 1) // (b * width)))
+    q = torch.randn(b, hq, d, dtype=kc.dtype, device=kc.device)
+    lens = torch.full((b,), ctx, dtype=torch.int32, device=kc.device)
+    ids = torch.arange(copies * b * width, dtype=torch.int32, device=kc.device)
+    return [partial(kernel, q, kc, vc, t, lens, scale) for t in ids.view(copies, b, width)]
+
+
 def profile_decode(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
     m, bs = cfg.model, cfg.workload.kv_block_size
     hq, hkv, d = m.num_heads, m.num_kv_heads, m.head_dim
@@ -186,13 +198,7 @@ def profile_decode(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, o
         for ctx in grid.decode_contexts:
             if b * ctx > grid.decode_max_tokens:
                 break
-            width = -(-ctx // bs)
-            copies = max(1, min(_copies(b * ctx * per_token, 1), (blocks - 1) // (b * width)))
-            q = torch.randn(b, hq, d, dtype=dt, device=dev)
-            lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
-            ids = torch.arange(copies * b * width, dtype=torch.int32, device=dev)
-            tables = ids.view(copies, b, width)
-            calls = [partial(kernel, q, kc, vc, t, lens, scale) for t in tables]
+            calls = decode_calls(kernel, kc, vc, hq, b, ctx, -(-ctx // bs), scale)
             out.append(("decode_attention", hq, d, hkv, b, ctx, timer(calls)))
 
 

@@ -28,6 +28,7 @@ from cbsim.runtime.profile_kernels import (
     _copies,
     _decode_kernel,
     _elementwise,
+    decode_calls,
 )
 
 TILE_CONTEXTS = [128, 129, 160, 192, 224, 256, 257, 288, 320, 352, 384, 416, 448, 480, 512]
@@ -55,13 +56,7 @@ def _decode_points(model: str, points: list[tuple[int, int, int]], timer: Timer)
     rows = []
     for b, ctx, w in points:
         width = -(-max(ctx, w) // bs)
-        copies = max(1, min(_copies(b * ctx * per_token, 1), (blocks - 1) // (b * width)))
-        q = torch.randn(b, hq, d, dtype=dt, device=dev)
-        lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
-        tables = torch.arange(copies * b * width, dtype=torch.int32, device=dev)
-        tables = tables.view(copies, b, width)
-        calls = [partial(kernel, q, kc, vc, t, lens, scale) for t in tables]
-        us = timer(calls)
+        us = timer(decode_calls(kernel, kc, vc, hq, b, ctx, width, scale))
         rows.append(dict(model=model, batch=b, context=ctx, width=width * bs, us=round(us, 3)))
         print(f"decode {model} b={b} ctx={ctx} width={width * bs}: {us:.2f} us", flush=True)
     del kc, vc
