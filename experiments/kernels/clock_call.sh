@@ -6,9 +6,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . &&
-  export PYTHONPATH=/tmp/site || exit 1
+source experiments/device_install.sh || exit 1
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active,utilization.gpu \
   --format=csv -lms 50 > "$OUT/smi_runtime.csv" 2>&1 &
 SMI=$!

@@ -6,9 +6,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . &&
-  export PYTHONPATH=/tmp/site || exit 1
+source experiments/device_install.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$OUT/hardware.txt" 2>&1
 TARGET=${TARGET:-3.0}
 # the Llama-3.2-3B shape: conf/model/llama3_3b.yaml (the committed 3B table was recorded with the

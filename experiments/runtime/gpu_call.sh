@@ -9,9 +9,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 CASES=${1:-"seed_1024 small_batch long_prompt"}
 ANCHOR=${2:-"--hf-gen 128 --hf-async-gen 32"}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . &&
-  export PYTHONPATH=/tmp/site || exit 1
+source experiments/device_install.sh || exit 1
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   python3 -c "import torch, transformers, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'triton', triton.__version__)"
   nproc; } > "$OUT/hardware.txt" 2>&1

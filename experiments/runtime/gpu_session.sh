@@ -11,9 +11,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 PART=${1:?usage: gpu_session.sh PART (8b, 3b, 1b or long)}
 OUT=${OUT:-/tmp/out}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null &&
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . 2>/dev/null &&
-  export PYTHONPATH=/tmp/site || exit 1
+source experiments/device_install.sh 2>/dev/null || exit 1
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc
   lscpu | grep -E "Model name|MHz"
   python3 -c "import torch, transformers, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'triton', triton.__version__)"
