@@ -156,6 +156,10 @@ def build(
             oom_message(config, setup.num_kv_blocks, "building the model and KV cache", exc)
         ) from None
     streams = Streams.create(device, three=is_async)
+    if streams.cuda:
+        # the model's initialization and the buffers' zero fills are queued on the default
+        # stream; the warm-up and the loop run on non-blocking streams, which do not wait for it
+        torch.cuda.synchronize(device)
     w = config.workload
     try:
         longest_prompt = max(r.prompt_len for r in setup.requests)
