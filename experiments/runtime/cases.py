@@ -114,6 +114,7 @@ HELDOUT: dict[str, tuple[list[str], float]] = {
 MATRIX["heldout_a"] = HELDOUT
 MATRIX["heldout_b"] = HELDOUT
 MATRIX["heldout_c"] = HELDOUT
+MATRIX["heldout_d"] = HELDOUT
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
 
 
