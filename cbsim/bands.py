@@ -11,12 +11,15 @@ switches and lands mostly fast or mostly slow, a long one averages them out) and
 ``within_run`` is set, each host phase varied step to step around it; with
 ``hardware.gpu.spread.forward_error`` every forward also takes a drawn factor, the GPU model's own error
 on runs it was not fitted on (a GPU-bound async run does not move with the host). It reports P5, median and
-P95 of total time, GPU idle and the async speedup. Seeded: the same config gives the same bands.
+P95 of total time, GPU idle and the async speedup, each interval widened by the model's own error
+on held-out runs when the profile carries one (``hardware.model_error``, cbsim/widening.py).
+Seeded: the same config gives the same bands.
 
 The dict (JSON-ready; for metrics.json, the printed table, the report, a sweep's summary)::
 
     {"draws": 9, "seed": 0, "between_calls": 0.29, "within_run": 0.23, "forward_error": 0.03,
      "regimes": {"slow_factor": 2.2, "fast_dwell_s": 1.0, "slow_dwell_s": 0.6},
+     "model_error": {"total_time": 0.02, "gpu_idle": 0.4, "speedup": 0.01},  # when set
      "quantiles": ["p5", "median", "p95"],
      "sync":  {"total_time_s": {"p5": .., "median": .., "p95": ..},
                "gpu_idle_fraction": {"p5": .., "median": .., "p95": ..}},
@@ -36,8 +39,10 @@ import numpy as np
 
 import cbsim.sim as sim
 from cbsim.config.hardware import HOST_TIMES_US, HostCosts, PhaseCost
+from cbsim.config.model_error import ModelError
 from cbsim.config.schema import CbsimConfig, HardwareConfig
 from cbsim.metrics import MetricInputs, metrics_from
+from cbsim.widening import widen
 
 QUANTILES = {"p5": 5.0, "median": 50.0, "p95": 95.0}
 METRICS = ("total_time_s", "gpu_idle_fraction")
@@ -137,6 +142,12 @@ def band(values: list[float]) -> dict[str, float]:
     return {name: float(np.percentile(values, q)) for name, q in QUANTILES.items()}
 
 
+def widened(metric: str, q: dict[str, float], error: ModelError) -> dict[str, float]:
+    """A band of draws with the model's own error added around its median (cbsim.widening)."""
+    lo, hi = widen(metric, q["median"], q["p5"], q["p95"], error)
+    return {"p5": lo, "median": q["median"], "p95": hi}
+
+
 def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
     """P5 / median / P95 of total time and GPU idle per engine, and of the async speedup (sync
     total / async total of the same draw), over the profile's host-speed spread."""
@@ -151,10 +162,15 @@ def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
         "regimes": dataclasses.asdict(cfg.hardware.host.regimes),
         "quantiles": list(QUANTILES),
     }
+    error = cfg.hardware.model_error
+    if error.any:
+        result["model_error"] = dataclasses.asdict(error)
     for engine in ("sync", "async"):
-        result[engine] = {k: band([d[engine][k] for d in draws]) for k in METRICS}
+        result[engine] = {
+            k: widened(k, band([d[engine][k] for d in draws]), error) for k in METRICS
+        }
     speedups = [d["sync"]["total_time_s"] / d["async"]["total_time_s"] for d in draws]
-    result["speedup"] = band(speedups)
+    result["speedup"] = widened("speedup", band(speedups), error)
     return result
 
 
@@ -168,6 +184,14 @@ def _regimes_text(regimes: dict[str, float] | None) -> str:
     )
 
 
+def _model_error_text(error: dict[str, float] | None) -> str:
+    """The model's own error in the band's header line, when the profile carries one."""
+    if not error:
+        return ""
+    parts = ", ".join(f"{k} {v:g}" for k, v in error.items())
+    return f", widened by the model's error on held-out runs ({parts})"
+
+
 def format_bands(bands: dict[str, Any]) -> str:
     """The printed form of ``predict_bands``'s dict: P5 / median / P95 per line."""
 
@@ -178,7 +202,7 @@ def format_bands(bands: dict[str, Any]) -> str:
         f"band: P5 / median / P95 over {bands['draws']} draws of host speed (spread "
         f"{bands['between_calls']:g} between calls, {bands['within_run']:g} within a run"
         f"{_regimes_text(bands.get('regimes'))}) and of the forward model's error "
-        f"({bands['forward_error']:g})"
+        f"({bands['forward_error']:g}){_model_error_text(bands.get('model_error'))}"
     ]
     for engine in ("sync", "async"):
         b = bands[engine]

@@ -136,6 +136,7 @@ def test_call_holdout_predicts_one_call_from_the_other_inside_the_band(stack, tm
         tmp_path,
         "extra.holdout=call",
         "hardware.host.spread.draws=5",
+        "hardware.model_error.gpu_idle=0.2",
         traces="*/llama3_1b_*",
     )
     assert len(out["runs"]) == len(CALLS) * len(BATCHES) * 2
@@ -155,6 +156,13 @@ def test_call_holdout_predicts_one_call_from_the_other_inside_the_band(stack, tm
     )
     bands = out["summary"]["bands"]
     assert bands["runs"] == len(out["runs"]) and bands["idle_half_width_pp_median"] > 0
+    # the profile's model error widens every idle band beyond its draws' (the fits keep it)
+    for r in out["runs"]:
+        (lo, hi), (dlo, dhi) = r["band"]["gpu_idle_fraction"], r["draw_band"]["gpu_idle_fraction"]
+        assert lo < dlo <= dhi < hi, (r["name"], r["band"], r["draw_band"])
+    # and the error that would have held 90% of these runs is measured on the draws' bands
+    need = bands["model_error_for_coverage"]
+    assert set(need) == {"total_time", "gpu_idle", "speedup"} and min(need.values()) >= 0
 
 
 def test_fit_sets_fall_back_to_the_run_when_nothing_else_differs(stack):

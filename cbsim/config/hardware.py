@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cbsim.config.errors import ConfigError, check_positive, check_range
 from cbsim.config.host_regimes import HostRegimes as HostRegimes
+from cbsim.config.model_error import ModelError as ModelError
 
 REPO = Path(__file__).resolve().parents[2]
 # HostCosts' own times (microseconds) beside its phases: what a host-speed factor scales
@@ -356,6 +357,8 @@ class HardwareConfig:
     copy_latency_us: float = 8.0
     host: HostCosts = field(default_factory=HostCosts)
     gpu: GpuCosts = field(default_factory=GpuCosts)
+    # the simulator's own error on held-out runs, added to the bands' draws
+    model_error: ModelError = field(default_factory=ModelError)
     # A kernel table (a CSV of +experiment=profile_kernels, or a directory of them; relative
     # paths are tried against the working directory, then the repository root): the forward's
     # GEMMs, elementwise kernels, decode attention and prompt-start attention, and the pinned

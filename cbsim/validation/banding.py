@@ -4,7 +4,8 @@ say whether the recording lies inside P5-P95.
 
 The draws are cbsim.bands' (its host-speed factors and scaled host costs, the host's levels
 realized, the forward model's error; seeded), each engine simulated with its own recorded config
-and measured as the validation measures it."""
+and measured as the validation measures it; each band is then widened by the profile's model
+error (``hardware.model_error``, cbsim.widening)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from typing import Any
 
 from cbsim.bands import band, drawn_profiles
 from cbsim.calibration.progress import progress
+from cbsim.config.model_error import ModelError
 from cbsim.config.schema import HardwareConfig
 from cbsim.validation.measure import measure, simulate_like
 from cbsim.validation.runs import BANDED, RunResult
 from cbsim.validation.speedup import Speedup
+from cbsim.widening import widen
 
 
 def drawn_metrics(result: RunResult, hw: HardwareConfig) -> list[dict[str, float]]:
@@ -33,12 +36,14 @@ def around(value: float, q: dict[str, float]) -> tuple[float, float]:
     return value + q["p5"] - q["median"], value + q["p95"] - q["median"]
 
 
-def attach(result: RunResult, draws: list[dict[str, float]]) -> None:
+def attach(result: RunResult, draws: list[dict[str, float]], error: ModelError) -> None:
     for metric in BANDED:
         value = result.sim.get(metric)
         values = [d[metric] for d in draws if metric in d]
         if value is not None and values:
-            result.band[metric] = around(float(value), band(values))
+            raw = around(float(value), band(values))
+            result.draw_band[metric] = raw
+            result.band[metric] = widen(metric, float(value), *raw, error)
 
 
 def attach_bands(results: list[RunResult], pairs: list[Speedup], show: bool = True) -> None:
@@ -48,7 +53,7 @@ def attach_bands(results: list[RunResult], pairs: list[Speedup], show: bool = Tr
     draws: dict[int, list[dict[str, Any]]] = {}
     for r in progress(runs, len(runs), "drawing bands", show):
         draws[id(r)] = drawn_metrics(r, r.hardware)
-        attach(r, draws[id(r)])
+        attach(r, draws[id(r)], r.hardware.model_error)
     for p in pairs:
         if p.predicted is None or p.sync.hardware is not p.async_.hardware:
             continue
@@ -56,4 +61,5 @@ def attach_bands(results: list[RunResult], pairs: list[Speedup], show: bool = Tr
         s, a = draws.get(id(p.sync), []), draws.get(id(p.async_), [])
         ratios = [x[key] / y[key] for x, y in zip(s, a) if x.get(key) and y.get(key)]
         if ratios:
-            p.band = around(p.predicted, band(ratios))
+            p.draw_band = around(p.predicted, band(ratios))
+            p.band = widen("speedup", p.predicted, *p.draw_band, p.sync.hardware.model_error)

@@ -44,8 +44,11 @@ class RunResult:
     # what the profile had not seen: "workload", "engine", "model", "call" (no run of that
     # kind), "run" (only this run), "fit_on" / "profile" (a fixed profile), "" (in sample)
     held_out_by: str = ""
-    # metric -> (P5, P95) predicted around the simulated value, when bands were drawn
+    # metric -> (P5, P95) predicted around the simulated value, when bands were drawn: the
+    # draws' spread widened by the profile's model error (cbsim.widening)
     band: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # the same from the draws alone (what the model error needed to cover a run is measured on)
+    draw_band: dict[str, tuple[float, float]] = field(default_factory=dict)
     # the profile it was simulated with
     hardware: HardwareConfig | None = None
     # the profile saw no run of this run's device call: another host's speed
@@ -104,6 +107,7 @@ class RunResult:
             "sim": {k: self.sim.get(k) for k in SHOWN},
             "errors": self.errors,
             "band": {k: list(v) for k, v in self.band.items()},
+            "draw_band": {k: list(v) for k, v in self.draw_band.items()},
             "in_band": self.in_band,
             "within_target": self.passed,
             "judged_on": self.judged,

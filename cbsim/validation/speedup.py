@@ -19,8 +19,10 @@ class Speedup:
 
     sync: RunResult
     async_: RunResult
-    # (P5, P95) of the predicted speedup, when bands were drawn
+    # (P5, P95) of the predicted speedup, when bands were drawn (widened by the model error),
+    # and from the draws alone
     band: tuple[float, float] | None = None
+    draw_band: tuple[float, float] | None = None
 
     @property
     def workload(self) -> str:

@@ -290,3 +290,6 @@ def print_tables(holdout: str, results: list[RunResult], pairs: list, s: dict[st
             f"bands: {b['coverage']:.0%} of {b['runs']} held-out runs inside P5-P95; median "
             f"idle half-width {b['idle_half_width_pp_median']:.2f} pp"
         )
+        if b.get("model_error_for_coverage"):
+            need = ", ".join(f"{k} {v:.3g}" for k, v in b["model_error_for_coverage"].items())
+            print(f"  hardware.model_error that would hold 90% of them inside: {need}")
