@@ -32,9 +32,10 @@ def _same(cfg, engine: str) -> None:
     st.sampled_from([0, 7]),
     st.sampled_from([(0.0, 1.0), (0.2, 0.97)]),
     st.sampled_from([None, [1, 2, 4], []]),  # graphs as configured, up to 4 rows, none
+    st.sampled_from([0.0, 1.6]),  # a graph's first launch: us more per graph node
 )
 def test_fast_forward_writes_the_trace_stepping_writes(
-    wl, model, device, stall_every, band, graphs
+    wl, model, device, stall_every, band, graphs, first_replay
 ):
     slowdown, forward_gap = device
     engine = {} if graphs is None else {"cuda_graphs": bool(graphs)}
@@ -56,7 +57,11 @@ def test_fast_forward_writes_the_trace_stepping_writes(
             spread=dataclasses.replace(hw.gpu.spread, forward_scale=scale),
         ),
         host=dataclasses.replace(
-            hw.host, stall_us=300.0, stall_every_steps=stall_every, spread=spread
+            hw.host,
+            stall_us=300.0,
+            stall_every_steps=stall_every,
+            spread=spread,
+            graph_first_replay_us_per_kernel=first_replay,
         ),
     )
     for engine in ("sync", "async"):

@@ -84,6 +84,8 @@ def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
             return 0, float("inf")
     elif inflight is not None or sched.updates.next_step != sched.step:
         return 0, float("inf")
+    if not first_replays_done(host, int(run.size)):
+        return 0, float("inf")
     now_s = host.env.now * 1e-6 * (1.0 + 1e-15) + 1e-12
     k, admit_at = sched.decode.stretch(MAX_STEPS, now_s)
     k = min(k, host.sampler.eos_room(sched.table.rid[run]))
@@ -92,6 +94,16 @@ def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
     if host.engine.name == "async":
         k -= k % 2  # an even count keeps each IO slot's batches where stepping puts them
     return (k, admit_at) if k >= MIN_STEPS else (0, float("inf"))
+
+
+def first_replays_done(host: HostState, requests: int) -> bool:
+    """Whether every IO slot has launched the graph of this batch size once (a first launch
+    costs more: launch.first_replay_us), so the steps ahead launch alike."""
+    costs = host.costs
+    bucket = costs.graph_size(requests) if host.engine.cuda_graphs else None
+    if bucket is None:
+        return True
+    return all((slot.index, bucket) in host.replayed for slot in host.slots.slots)
 
 
 def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> StretchCosts | None:
