@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from cbsim.config import ConfigError
@@ -56,3 +57,12 @@ def test_the_fit_columns_are_the_cost_form():
         counts = PhaseCost.counts(r, t, b)
         assert set(counts) == {f.name for f in dataclasses.fields(PhaseCost)}
         assert sum(getattr(p, k) * v for k, v in counts.items()) == pytest.approx(p.cost(r, t, b))
+
+
+def test_a_step_with_prompt_tokens_pays_the_prefill_step_once():
+    cost = PhaseCost(fixed_us=10.0, per_token_us=0.5, per_prefill_step_us=100.0)
+    assert cost.cost(8, 8) == 10.0 + 4.0  # decode: a token per request
+    assert cost.cost(8, 9) == 10.0 + 4.5 + 100.0  # one prompt token beyond: a prefill step
+    assert cost.cost(2, 2048) == 10.0 + 1024.0 + 100.0
+    counts = PhaseCost.counts(np.array([8, 8, 2]), np.array([8, 9, 2048]))
+    assert counts["per_prefill_step_us"].tolist() == [0.0, 1.0, 1.0]

@@ -41,6 +41,8 @@ TRUTH = {
     "hardware.host.prepare.fixed_us": 75.0,
     "hardware.host.prepare.per_request_us": 5.0,
     "hardware.host.prepare.per_token_us": 0.08,
+    # a step with prompt tokens: the continuous runs' mixed and prefill steps tell it
+    "hardware.host.prepare.per_prefill_step_us": 150.0,
     "hardware.host.update.fixed_us": 35.0,
     "hardware.host.update.per_request_us": 2.5,
     "hardware.host.sync_wake_us": 7.0,

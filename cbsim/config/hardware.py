@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from cbsim.config.errors import ConfigError, check_positive, check_range
 from cbsim.config.host_regimes import HostRegimes as HostRegimes
 from cbsim.config.model_error import ModelError as ModelError
@@ -66,9 +68,12 @@ class PhaseCost:
     """A host phase's cost over the batch it handles (microseconds), one form from batch 1 to 256:
 
     fixed + per_request x R + per_request_sq x R^2 + per_token x T + per_block x B
+          + per_prefill_step x [T > R]
 
-    R requests, T tokens (query tokens; for update the sampled tokens), B KV-cache blocks. Linear
-    in its coefficients, so calibration fits it by least squares from runs that span the range
+    R requests, T tokens (query tokens; for update the sampled tokens), B KV-cache blocks; T > R:
+    the step holds prompt tokens beyond one per request (never a decode step, so the fit tells it
+    from the fixed cost by the prefill and mixed steps alone). Linear in its coefficients, so
+    calibration fits it by least squares from runs that span the range
     (cbsim/calibration/host.py); the profile's comment on each says what fitted it."""
 
     # the phase's Python and driver overhead per step, whatever the batch
@@ -85,6 +90,10 @@ class PhaseCost:
     # medians: prepare 80 / 83 / 126 us at 16 / 32 / 64 requests); a fit up to 64 requests hardly
     # tells it from per_request_us, one over batch 1-256 does. 0 = linear in the requests
     per_request_sq_us: float = 0.0
+    # once per step that holds prompt tokens (T > R): admitting requests, and the eager step's
+    # full packing where a graph step writes only what changed (h200_run11: schedule and prepare
+    # 270-290 us each at 1-3000 prompt tokens, against 32 and 71 us a decode step); 0 = none
+    per_prefill_step_us: float = 0.0
 
     def cost(self, requests: int, tokens: int, blocks: int = 0) -> float:
         return (
@@ -92,6 +101,7 @@ class PhaseCost:
             + (self.per_request_us + self.per_request_sq_us * requests) * requests
             + self.per_token_us * tokens
             + self.per_block_us * blocks
+            + (self.per_prefill_step_us if tokens > requests else 0.0)
         )
 
     @staticmethod
@@ -104,6 +114,7 @@ class PhaseCost:
             "per_token_us": tokens,
             "per_block_us": blocks,
             "per_request_sq_us": requests * requests,
+            "per_prefill_step_us": (np.asarray(tokens) > requests).astype(float),
         }
 
 
@@ -157,6 +168,10 @@ class HostCosts:
     kernel_launch_us: float = 5.0
     # CPU time to launch a captured graph (cudaGraphLaunch)
     graph_launch_us: float = 10.0
+    # the first launch of each captured graph (per IO slot and batch bucket) costs this much
+    # more per graph node (the driver uploads the graph then): charged as measured, not scaled
+    # by the host's level or a band's draw; 0 = every replay alike
+    graph_first_replay_us_per_kernel: float = 0.0
     # CPU time per KV-cache block of the batch (kv_tokens // block_size + requests) inside a
     # launch: the runtime's copy-in stages the block tables there (h200_run2: launch 700 us at 1K
     # context, 1,100 us at 8K); 0 = a launch independent of the context
@@ -184,7 +199,11 @@ class HostCosts:
                 lambda v: math.isfinite(v) and v >= 0,
                 ">= 0 and finite",
             )
-        check_non_negative("hardware.host", self, (*HOST_TIMES_US, "stall_every_steps"))
+        check_non_negative(
+            "hardware.host",
+            self,
+            (*HOST_TIMES_US, "stall_every_steps", "graph_first_replay_us_per_kernel"),
+        )
 
 
 @dataclass
