@@ -165,6 +165,8 @@ def bands_table(bands: dict[str, Any]) -> str:
     if bands.get("speedup"):
         rows.append(["async speedup", *(_fmt(bands["speedup"].get(k), "x{:.3f}") for k in q)])
     title = f"bands over {bands.get('draws', '?')} host-speed draws"
+    if bands.get("model_error"):
+        title += " and the model's error on held-out runs"
     return table([title, *q], rows)
 
 

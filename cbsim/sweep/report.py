@@ -160,8 +160,9 @@ def figures(page: Page, comp: pd.DataFrame, keys: list[str], threshold: float) -
 
 BAND_NOTE = (
     "P5-P95: the band of the setting over the profile's measured spread of host speed and of the "
-    "forward model's error (mode.bands=true, cbsim.bands; '-' where the setting drew none); the "
-    "medians are in comparison.csv."
+    "forward model's error, widened by the model's error on held-out runs where the profile "
+    "carries one (mode.bands=true, cbsim.bands; '-' where the setting drew none); the medians are "
+    "in comparison.csv."
 )
 # the pair table's band columns (comparison.csv's <stem>_p5 / _p95, cbsim.sweep.summary)
 BAND_STEMS = ("speedup", "gpu_idle_sync", "gpu_idle_async")
