@@ -29,6 +29,7 @@ FLOORS: dict[str, int] = {
     "cbsim.runtime": 4,
     "cbsim.metrics": 5,
     "cbsim.bands": 6,
+    "cbsim.widening": 6,
     "cbsim.job_metrics": 6,
     "cbsim.report": 6,
     "cbsim.calibration": 7,
