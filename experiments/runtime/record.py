@@ -24,7 +24,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cases import CASES, part_cases  # noqa: E402
+from cases import CASES, MATRIX, REFERENCE, REFERENCE_CASE, part_cases  # noqa: E402
 
 from cbsim.config.store import load_config, register_configs  # noqa: E402
 from cbsim.metrics import compute_metrics  # noqa: E402
@@ -133,7 +133,17 @@ def kineto(out: Path) -> None:
 
 
 def selected(argv: list[str]) -> dict[str, list[str]]:
-    cases = {a: CASES[a] for a in argv[1:] if a in CASES}
+    """The cases named (CASES, the reference, any matrix part's) and every case of --part=."""
+    named = {**CASES, REFERENCE: REFERENCE_CASE[0]}
+    for part in MATRIX.values():
+        named.update({k: v[0] for k, v in part.items()})
+    cases = {}
+    for a in argv[1:]:
+        if a.startswith("--"):
+            continue
+        if a not in named:
+            raise SystemExit(f"unknown case {a!r}; allowed: {', '.join(sorted(named))}")
+        cases[a] = named[a]
     for a in argv:
         if a.startswith("--part="):
             cases.update(part_cases(a.split("=", 1)[1]))
