@@ -179,8 +179,8 @@ def _regimes_text(regimes: dict[str, float] | None) -> str:
     if not regimes or regimes["slow_factor"] <= 1 or regimes["slow_dwell_s"] <= 0:
         return ""
     return (
-        f", a slow level x{regimes['slow_factor']:g} (mean stays {regimes['fast_dwell_s']:g} s "
-        f"fast, {regimes['slow_dwell_s']:g} s slow)"
+        f", a slow level x{regimes['slow_factor']:.3g} (mean stays {regimes['fast_dwell_s']:.3g} s "
+        f"fast, {regimes['slow_dwell_s']:.3g} s slow)"
     )
 
 
@@ -188,7 +188,7 @@ def _model_error_text(error: dict[str, float] | None) -> str:
     """The model's own error in the band's header line, when the profile carries one."""
     if not error:
         return ""
-    parts = ", ".join(f"{k} {v:g}" for k, v in error.items())
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in error.items())
     return f", widened by the model's error on held-out runs ({parts})"
 
 
@@ -200,9 +200,9 @@ def format_bands(bands: dict[str, Any]) -> str:
 
     lines = [
         f"band: P5 / median / P95 over {bands['draws']} draws of host speed (spread "
-        f"{bands['between_calls']:g} between calls, {bands['within_run']:g} within a run"
+        f"{bands['between_calls']:.3g} between calls, {bands['within_run']:.3g} within a run"
         f"{_regimes_text(bands.get('regimes'))}) and of the forward model's error "
-        f"({bands['forward_error']:g}){_model_error_text(bands.get('model_error'))}"
+        f"({bands['forward_error']:.3g}){_model_error_text(bands.get('model_error'))}"
     ]
     for engine in ("sync", "async"):
         b = bands[engine]
