@@ -39,7 +39,11 @@ def covering(banded: list[RunResult], pairs: list[Speedup]) -> dict[str, float] 
     """The model error that would hold BAND_COVERAGE of ``banded`` inside their bands in both
     metrics, and of ``pairs`` inside their speedup bands."""
     runs = [
-        {m: needed_error(m, r.real[m], r.sim[m], *b) for m, b in r.draw_band.items()}
+        {
+            m: needed_error(m, r.real[m], r.sim[m], *b)
+            for m, b in r.draw_band.items()
+            if r.real.get(m) is not None
+        }
         for r in banded
         if r.draw_band
     ]
