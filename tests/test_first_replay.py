@@ -14,27 +14,30 @@ from cbsim.sim.engine import run
 from cbsim.trace import schema as S
 
 
-def _with_first_replay(cfg, us: float):
-    host = dataclasses.replace(cfg.hardware.host, graph_first_replay_us_per_kernel=us)
-    cfg.hardware = dataclasses.replace(cfg.hardware, host=host)
-    return cfg
-
-
 def _graph_launches(trace) -> np.ndarray:
     launch = spans(trace, S.HOST, S.LAUNCH).set_index("step").dur
     graphs = spans(trace, name=S.GRAPH_REPLAY).sort_values("ts")
     return launch.loc[graphs.step].to_numpy()
 
 
+def _extra_launch_us(engine: str, **workload):
+    """Each graph step's launch with a first-launch cost of 2 us per node minus without it, and
+    the config (the 1B shape)."""
+    launches = []
+    for us in (0.0, 2.0):
+        cfg = make("llama3_1b", engine={"name": engine}, **workload)
+        host = dataclasses.replace(cfg.hardware.host, graph_first_replay_us_per_kernel=us)
+        cfg.hardware = dataclasses.replace(cfg.hardware, host=host)
+        launches.append(_graph_launches(run(cfg, engine)))
+    return launches[1] - launches[0], cfg
+
+
 def test_each_slots_first_graph_launch_costs_its_nodes_once():
     for engine, slots in (("sync", 1), ("async", 2)):
-        cfg = make("llama3_1b", engine={"name": engine}, batch_size=4, gen_len=24)
-        base = _graph_launches(run(_with_first_replay(cfg, 0.0), engine))
-        cfg = make("llama3_1b", engine={"name": engine}, batch_size=4, gen_len=24)
-        nodes = CostModel(cfg).kernels + cfg.hardware.gpu.decode_kernels_per_layer * 16
-        first = _graph_launches(run(_with_first_replay(cfg, 2.0), engine))
-        extra = first - base
-        assert len(extra) == len(base) > slots + 4
+        extra, cfg = _extra_launch_us(engine, batch_size=4, gen_len=24)
+        costs = CostModel(cfg)
+        nodes = costs.kernels + cfg.hardware.gpu.decode_kernels_per_layer * costs.layers
+        assert len(extra) > slots + 4
         # the carry-over scatter is a node of an async graph
         per = nodes + (1 if engine == "async" else 0)
         assert np.allclose(extra[:slots], 2.0 * per, rtol=0.02), (engine, extra[:4], per)
@@ -43,23 +46,8 @@ def test_each_slots_first_graph_launch_costs_its_nodes_once():
 
 def test_a_smaller_bucket_later_in_the_run_pays_its_own_first_launch():
     # requests finish at different lengths: the batch falls to smaller graph buckets
-    cfg = make(
-        "llama3_1b",
-        engine={"name": "sync"},
-        batch_size=4,
-        gen_len=24,
-        gen_dist="uniform",
-        gen_spread=0.6,
+    extra, cfg = _extra_launch_us(
+        "sync", batch_size=4, gen_len=24, gen_dist="uniform", gen_spread=0.6
     )
-    base = _graph_launches(run(_with_first_replay(cfg, 0.0), "sync"))
-    cfg = make(
-        "llama3_1b",
-        engine={"name": "sync"},
-        batch_size=4,
-        gen_len=24,
-        gen_dist="uniform",
-        gen_spread=0.6,
-    )
-    extra = _graph_launches(run(_with_first_replay(cfg, 2.0), "sync")) - base
     paid = extra > 1.0
     assert 2 <= paid.sum() <= len(cfg.engine.graph_batch_sizes)
