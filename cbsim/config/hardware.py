@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cbsim.config.errors import ConfigError, check_positive, check_range
+from cbsim.config.gpu_clock import GpuClock as GpuClock
 from cbsim.config.host_regimes import HostRegimes as HostRegimes
 from cbsim.config.model_error import ModelError as ModelError
 from cbsim.config.phase_cost import PhaseCost as PhaseCost
@@ -260,6 +261,8 @@ class GpuCosts:
     # forward independent of what came before
     idle_slowdown: float = 0.0
     spread: GpuSpread = field(default_factory=GpuSpread)
+    # the SM clock under sustained GEMM load (the power limit); a nested group: not a fitted term
+    clock: GpuClock = field(default_factory=GpuClock)
 
     def __post_init__(self) -> None:
         check_keys(

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.clock import settle
 from cbsim.costs.decode_kernel import partition_tokens, table_width, tile_tokens
 from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.kernel_count import step_kernels
@@ -52,6 +53,11 @@ class ForwardCost:
     overhead_us: float  # forward_fixed_us + per-kernel gaps
     carry_over_us: float  # the in-graph scatter-add of batch N's tokens, 0 when not needed
     kernels: int  # kernels launched (eager) or graph nodes (replay)
+    # a decode step's GEMM compute-bound time at boost, its stretch at the settled clock ratio
+    # (costs/clock.py)
+    clocked_us: float = 0.0
+    clock_ratio: float = 1.0
+    throttle_us: float = 0.0
 
     @property
     def total_us(self) -> float:
@@ -61,6 +67,7 @@ class ForwardCost:
             + self.attention_us
             + self.overhead_us
             + self.carry_over_us
+            + self.throttle_us
         )
 
 
@@ -102,6 +109,7 @@ class CostModel:
         self.gemm_flops = hw.peak_flops * g.gemm_flops_eff * 1e-6
         self.gemm_bw = hw.hbm_bandwidth * g.gemm_bandwidth_eff * 1e-6
         self.attn_flops = hw.peak_flops * g.attention_flops_eff * 1e-6
+        self.peak_per_us = hw.peak_flops * 1e-6
         self.attn_bw = hw.hbm_bandwidth * g.attention_bandwidth_eff * 1e-6
         self.h2d_bw = hw.h2d_bandwidth * 1e-6
         self.d2h_bw = hw.d2h_bandwidth * 1e-6
@@ -193,7 +201,32 @@ class CostModel:
                 batch, decode, self.gpu.attention_padded_groups, tile, share
             )
             attention += 0.0 if decode else self.continuation_attention_us(batch)
-        return self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
+        cost = self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
+        if decode and self.gpu.clock.throttles:
+            self._settle_clock(cost, q_tokens, sampled)
+        return cost
+
+    def _settle_clock(self, cost: ForwardCost, q_tokens: int, sampled: int) -> None:
+        """The settled clock's stretch of a decode step's GEMMs' compute-bound time
+        (costs/clock.py; steps with prompt tokens stay at the tables' clock)."""
+        gemm, head = self.linear_flops_per_token * q_tokens, self.lm_head_flops_per_row * sampled
+        cost.clocked_us = min(cost.linear_us, gemm / self.peak_per_us) + min(
+            cost.lm_head_us, head / self.peak_per_us
+        )
+        if cost.clocked_us > 0.0:
+            total = cost.total_us
+            cost.clock_ratio, cost.throttle_us = settle(
+                self.gpu.clock,
+                self.forward_gemm_flops(q_tokens, sampled),
+                cost.clocked_us,
+                total,
+                self.peak_per_us,
+            )
+
+    def forward_gemm_flops(self, q_tokens: int, sampled: int) -> float:
+        """The FLOPs of a forward's GEMMs: the layers' over every computed row, the LM head's
+        over the sampled ones."""
+        return self.linear_flops_per_token * q_tokens + self.lm_head_flops_per_row * sampled
 
     def _roofline_linear(self, q_tokens: int, sampled: int) -> tuple[float, float]:
         """The linear layers and the LM head over ``q_tokens`` computed and ``sampled`` rows."""

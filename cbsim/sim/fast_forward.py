@@ -21,6 +21,7 @@ from bisect import bisect_left
 
 import numpy as np
 
+from cbsim.costs.clock import settle
 from cbsim.sim.host_state import HostState, Launched
 from cbsim.sim.stretch import StretchCosts
 from cbsim.sim.stretch_loop import run_stretch
@@ -218,6 +219,10 @@ def _forward_us(host: HostState, ctx0: np.ndarray, k: int, carry: bool, graph: b
         attention = attention * scale
     total = first.linear_us + first.lm_head_us + attention + first.overhead_us
     total = total + first.carry_over_us
+    if first.clocked_us > 0.0:  # the settled clock, as CostModel.forward charges it
+        rows = padded if padded is not None else n
+        flops = costs.forward_gemm_flops(rows, rows)
+        total = total + settle(gpu.clock, flops, first.clocked_us, total, costs.peak_per_us)[1]
     last = model(ctx[-1])
     if total[0] != first.total_us or total[-1] != last.total_us:
         return None
