@@ -1,7 +1,7 @@
 """The steady-state fast-forward is exact: a run that fast-forwards writes the very trace and
 counters of the run that steps (only SimPy's own event count differs: fewer events is the point),
 on random workloads with arrivals, EOS, chunked prefill, preemption, stalls, idle slowdown, a
-band's jitter, graph replays and eager launches."""
+band's jitter, graph replays and eager launches, the SM clock throttled or not."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sim_harness import long_workloads, make
 
+from cbsim.config.hardware import GpuClock
 from cbsim.sim.engine import run
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -33,9 +34,11 @@ def _same(cfg, engine: str) -> None:
     st.sampled_from([(0.0, 1.0), (0.2, 0.97)]),
     st.sampled_from([None, [1, 2, 4], []]),  # graphs as configured, up to 4 rows, none
     st.sampled_from([0.0, 1.6]),  # a graph's first launch: us more per graph node
+    # the SM clock: at boost, or every decode step throttled by its GEMM rate
+    st.sampled_from([GpuClock(), GpuClock(min_ratio=0.8, throttle_from=0.0, throttle_full=0.05)]),
 )
 def test_fast_forward_writes_the_trace_stepping_writes(
-    wl, model, device, stall_every, band, graphs, first_replay
+    wl, model, device, stall_every, band, graphs, first_replay, clock
 ):
     slowdown, forward_gap = device
     engine = {} if graphs is None else {"cuda_graphs": bool(graphs)}
@@ -55,6 +58,7 @@ def test_fast_forward_writes_the_trace_stepping_writes(
             idle_slowdown=slowdown,
             forward_gap_us=forward_gap,
             spread=dataclasses.replace(hw.gpu.spread, forward_scale=scale),
+            clock=clock,
         ),
         host=dataclasses.replace(
             hw.host,
