@@ -1,18 +1,20 @@
-"""The SM clock under sustained decode load (hardware.gpu.clock, cbsim/costs/clock.py): a decode
-step heavy in GEMMs stretches its GEMMs' compute-bound time over the settled clock ratio; a
-light decode step and a step with prompt tokens run at the tables' boost clock."""
+"""The SM clock under sustained GEMM load (hardware.gpu.clock, cbsim/costs/clock.py): a forward
+heavy in GEMMs stretches its GEMMs' compute-bound time over the clock ratio its load settles at,
+a light decode step runs at the tables' boost clock, and in the simulator a step with prompt
+tokens starts from the clock the forward before it left."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cbsim.api import compose
+from cbsim.api import compose, simulate
 from cbsim.calibration.steps import StepShape
 from cbsim.config.errors import ConfigError
 from cbsim.config.hardware import GpuClock
 from cbsim.costs import CostModel
-from cbsim.costs.clock import settled_ratio
+from cbsim.costs.clock import lagged, settled_ratio
+from cbsim.trace import schema as S
 
 
 def test_the_settled_ratio_falls_linearly_between_its_two_rates():
@@ -61,7 +63,39 @@ def test_heavy_decode_runs_at_the_settled_clock_and_light_decode_at_boost():
     assert light.total_us == _decode(off, 32, 1024).total_us
 
 
-def test_a_step_with_prompt_tokens_stays_at_the_tables_clock():
-    cm = CostModel(compose("model=llama3_8b", "hardware=h200_kernels_calibrated"))
-    prefill = cm.forward(StepShape(16, 8192, 8192, 16, "prefill"), graph=False, carry_over=False)
-    assert prefill.clock_ratio == 1.0 and prefill.throttle_us == 0.0
+def test_a_prompt_step_lags_from_the_clock_before_it():
+    clock = GpuClock(min_ratio=0.89, throttle_from=0.3, throttle_full=0.48, tau_ms=100.0)
+    clocked, step = 150e3, 190e3  # an 8B 8192-token prompt step's GEMMs, its time at boost
+    settled = clocked * (1 / 0.89 - 1)
+    first, after = lagged(clock, 0.89, clocked, step, before=1.0, idle_us=5e6)
+    # from boost: part of the way down in one step, the clock left lower for the next
+    assert 0.2 * settled < first < 0.8 * settled and 0.89 < after < 0.92
+    second, _ = lagged(clock, 0.89, clocked, step, before=after, idle_us=0.0)
+    assert first < second < settled
+    # a long idle before it lets the clock recover: as from boost
+    rested, _ = lagged(clock, 0.89, clocked, step, before=after, idle_us=5e6)
+    assert rested == pytest.approx(first)
+    # no time constant: at once
+    assert lagged(GpuClock(min_ratio=0.89), 0.89, clocked, step, 1.0, 0.0)[0] == settled
+
+
+def test_the_simulated_prompt_stream_slows_towards_the_settled_clock():
+    def prompt_steps(*overrides):
+        cfg = compose(
+            "model=llama3_8b",
+            "hardware=h200_kernels_calibrated",
+            "workload.batch_size=64",
+            "workload.prompt_len=1024",
+            "workload.gen_len=4",
+            "engine=sync",
+            *overrides,
+        )
+        sp = simulate(config=cfg).spans
+        fwd = sp[(sp.name == S.FORWARD) & (sp.query_tokens == 8192)].sort_values("ts_ms")
+        return fwd.dur_us.to_numpy()
+
+    on, boost = prompt_steps(), prompt_steps("hardware.gpu.clock.min_ratio=1")
+    slower = on / boost - 1
+    assert len(on) == 8 and np.all(slower > 0)
+    # the first step from boost part of the way, the next ones down at the settled 0.89
+    assert slower[0] < 0.7 * slower[1:].min() and slower[1:].max() < 0.14

@@ -1,17 +1,22 @@
-"""The SM clock under sustained GEMM load (``hardware.gpu.clock``): what a decode step's GEMMs
+"""The SM clock under sustained GEMM load (``hardware.gpu.clock``): what a forward's GEMMs
 lose when the board's power limit holds the clock below the boost clock the kernel tables were
 timed at.
 
-A decode step's GEMM rate (its GEMMs' FLOPs over its time at boost, a share of ``peak_flops``)
-sets the clock ratio its load settles at (``settled_ratio``): decode steps run back to back,
-milliseconds each, so they run there. Their GEMMs' compute-bound time (the FLOPs at the peak
-rate, at most the GEMMs' own time) stretches over the ratio; the memory-bound rest does not.
-Steps with prompt tokens stay at the tables' clock: what the recordings show of them does not
-follow one rate (docs/validation.md). The same arithmetic works elementwise on numpy arrays, for
-the fast-forward.
+A forward's GEMM rate (its GEMMs' FLOPs over its time at boost, a share of ``peak_flops``) sets
+the clock ratio a sustained load of it settles at (``settled_ratio``); its GEMMs' compute-bound
+time (the FLOPs at the peak rate, at most the GEMMs' own time) stretches over the ratio, the
+memory-bound rest does not. ``settle`` charges the settled clock (CostModel.forward, every step;
+the same arithmetic elementwise on numpy arrays, for the fast-forward): decode steps are
+milliseconds each, back to back, so they run there. ``lagged`` is the simulator's for a step
+with prompt tokens, long against the clock's time constant: it starts from the clock the
+forward before it left (recovered over any idle before it) and moves towards its own settled
+ratio as it runs (experiments/kernels/h200_probe: GEMMs slowed within 50-150 ms of sustained
+load).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -33,3 +38,19 @@ def settle(clock: GpuClock, flops: float, clocked_us: float, total_us, peak_per_
     numpy array) whose GEMMs do ``flops`` with ``clocked_us`` of compute-bound time."""
     ratio = settled_ratio(clock, flops / (total_us * peak_per_us))
     return ratio, clocked_us * (1.0 / ratio - 1.0)
+
+
+def lagged(
+    clock: GpuClock, settled: float, clocked_us: float, at_boost_us: float, before: float, idle_us
+) -> tuple[float, float]:
+    """(extra microseconds, clock ratio after) of a forward of ``at_boost_us`` whose clock
+    starts at ``before``, recovered towards 1 over ``idle_us`` of idle, and moves towards
+    ``settled`` with time constant ``clock.tau_ms`` as it runs (the time-average ratio over the
+    forward stretches its compute-bound time)."""
+    tau = clock.tau_ms * 1e3
+    if tau <= 0.0 or at_boost_us <= 0.0:
+        return clocked_us * (1.0 / settled - 1.0), settled
+    start = 1.0 - (1.0 - before) * math.exp(-max(idle_us, 0.0) / tau)
+    decay = math.exp(-at_boost_us / tau)
+    mean = settled + (start - settled) * (tau / at_boost_us) * (1.0 - decay)
+    return clocked_us * (1.0 / mean - 1.0), settled + (start - settled) * decay

@@ -53,8 +53,8 @@ class ForwardCost:
     overhead_us: float  # forward_fixed_us + per-kernel gaps
     carry_over_us: float  # the in-graph scatter-add of batch N's tokens, 0 when not needed
     kernels: int  # kernels launched (eager) or graph nodes (replay)
-    # a decode step's GEMM compute-bound time at boost, its stretch at the settled clock ratio
-    # (costs/clock.py)
+    # the GEMMs' compute-bound time at boost, its stretch at the settled clock ratio
+    # (costs/clock.py; the simulator lags a step with prompt tokens: launch.py)
     clocked_us: float = 0.0
     clock_ratio: float = 1.0
     throttle_us: float = 0.0
@@ -202,13 +202,12 @@ class CostModel:
             )
             attention += 0.0 if decode else self.continuation_attention_us(batch)
         cost = self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
-        if decode and self.gpu.clock.throttles:
+        if self.gpu.clock.throttles:
             self._settle_clock(cost, q_tokens, sampled)
         return cost
 
     def _settle_clock(self, cost: ForwardCost, q_tokens: int, sampled: int) -> None:
-        """The settled clock's stretch of a decode step's GEMMs' compute-bound time
-        (costs/clock.py; steps with prompt tokens stay at the tables' clock)."""
+        """The settled clock's stretch of the GEMMs' compute-bound time (costs/clock.py)."""
         gemm, head = self.linear_flops_per_token * q_tokens, self.lm_head_flops_per_row * sampled
         cost.clocked_us = min(cost.linear_us, gemm / self.peak_per_us) + min(
             cost.lm_head_us, head / self.peak_per_us

@@ -120,7 +120,7 @@ def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> Stre
     forward = _forward_us(host, dec.ctx, k, carry, graph)
     if forward is None:
         return None
-    fwd_total, last = forward
+    fwd_total, last, clock_ratio = forward
     kv_upd = kv if host.engine.name == "sync" else np.concatenate(([kv_first_update], kv[:-1]))
     phases = _host_costs(costs, n, blocks, costs.kv_blocks(kv_upd, n), k)
     if phases is None:
@@ -142,6 +142,7 @@ def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> Stre
         kernels=last.kernels,
         carry_us=last.carry_over_us,
         factor=f,
+        clock_ratio=clock_ratio,
     )
 
 
@@ -219,14 +220,16 @@ def _forward_us(host: HostState, ctx0: np.ndarray, k: int, carry: bool, graph: b
         attention = attention * scale
     total = first.linear_us + first.lm_head_us + attention + first.overhead_us
     total = total + first.carry_over_us
+    ratio = np.ones(k)
     if first.clocked_us > 0.0:  # the settled clock, as CostModel.forward charges it
         rows = padded if padded is not None else n
         flops = costs.forward_gemm_flops(rows, rows)
-        total = total + settle(gpu.clock, flops, first.clocked_us, total, costs.peak_per_us)[1]
+        ratio, extra = settle(gpu.clock, flops, first.clocked_us, total, costs.peak_per_us)
+        total = total + extra
     last = model(ctx[-1])
     if total[0] != first.total_us or total[-1] != last.total_us:
         return None
-    return total.tolist(), last
+    return total.tolist(), last, ratio.tolist()
 
 
 def before_switch(host: HostState, k: int, switch_at: float, is_async: bool) -> int:
@@ -273,5 +276,6 @@ def fast_forward(host: HostState, inflight: Launched | None):
     entries = 1 if c.graph else c.kernels
     host.launch_queue.ops = (queued + [(s, e, entries) for s, e in tl.compute])[-8:]
     new_inflight = hand_over(host, tl, inflight, step0, launches0, args, fwd_args, c.graph)
+    host.device.clock_ratio = c.clock_ratio[k - 1]  # as the stretch's last forward left it
     yield host.env.timeout_at(tl.now)
     return new_inflight

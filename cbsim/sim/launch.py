@@ -14,6 +14,7 @@ import numpy as np
 
 from cbsim.config.hardware import HostCosts
 from cbsim.costs import ForwardCost
+from cbsim.costs.clock import lagged
 from cbsim.scheduler import Batch
 from cbsim.sim.host_state import HostState, Launched
 from cbsim.sim.io_slots import IOSlot
@@ -118,6 +119,8 @@ def enqueue_step(
         if slow:
             fwd_us += slow
             fwd.overhead_us += slow
+    if costs.gpu.clock.throttles:
+        fwd_us += clock_lag_us(host, batch, fwd, t + launch_first)
     ready = (h2d_done,) if waits else ()
     if graph:
         t += launch_first
@@ -147,6 +150,28 @@ def enqueue_step(
     t += hs.event
     d2h, t = _enqueue_d2h(host, slot, step, plan, dev.compute.record(), t, hs)
     return h2d, compute, d2h, dev.d2h.record(), fwd_us, t
+
+
+def clock_lag_us(host: HostState, batch: Batch, fwd: ForwardCost, begin: float) -> float:
+    """How much longer (or shorter) this forward runs than at its settled clock: a step with
+    prompt tokens starts from the clock the forward before it left, recovered over the idle
+    before ``begin`` (costs/clock.py ``lagged``); a decode step runs at its settled clock. Leaves
+    the clock where the forward ends."""
+    dev = host.device
+    if batch.kind == "decode" or fwd.clocked_us <= 0.0:
+        dev.clock_ratio = fwd.clock_ratio
+        return 0.0
+    at_boost = fwd.total_us - fwd.throttle_us
+    extra, dev.clock_ratio = lagged(
+        host.costs.gpu.clock,
+        fwd.clock_ratio,
+        fwd.clocked_us,
+        at_boost,
+        dev.clock_ratio,
+        begin - dev.compute.tail,
+    )
+    change, fwd.throttle_us = extra - fwd.throttle_us, extra
+    return change
 
 
 def first_replay_us(host: HostState, slot: IOSlot, plan: StepPlan) -> float:

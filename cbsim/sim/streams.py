@@ -140,6 +140,8 @@ class Device:
             self.streams = (default,)
         self.default_stream = mode != "three"
         self.host_vc = [0] * len(self.streams)
+        # the SM clock as the last forward left it, a ratio of boost (cbsim/costs/clock.py)
+        self.clock_ratio = 1.0
 
     def sync_point(self, event: CudaEvent) -> CudaEvent:
         """What the host really waits for when it synchronises on ``event``: the event itself,

@@ -26,6 +26,7 @@ class StretchCosts:
     kernels: int  # kernels (graph nodes) of each step's forward
     carry_us: float  # the carry-over's time inside each forward (0 without)
     factor: float  # the host's speed factor (host_speed.py), one level for the whole stretch
+    clock_ratio: list[float] = field(default_factory=list)  # each forward's settled SM clock
 
 
 @dataclass
