@@ -97,5 +97,7 @@ def test_the_simulated_prompt_stream_slows_towards_the_settled_clock():
     on, boost = prompt_steps(), prompt_steps("hardware.gpu.clock.min_ratio=1")
     slower = on / boost - 1
     assert len(on) == 8 and np.all(slower > 0)
-    # the first step from boost part of the way, the next ones down at the settled 0.89
-    assert slower[0] < 0.7 * slower[1:].min() and slower[1:].max() < 0.14
+    # the first step from boost part of the way (tau 50 ms against a ~190 ms step), the next
+    # ones down at the settled 0.89
+    assert 0.4 * slower[1:].min() < slower[0] < 0.85 * slower[1:].min()
+    assert slower[1:].max() < 0.14

@@ -26,11 +26,15 @@ from cbsim.config.gpu_clock import GpuClock
 def settled_ratio(clock: GpuClock, gemm_rate):
     """The clock ratio a sustained load of this GEMM rate (share of peak) settles at: 1 up to
     ``throttle_from``, falling linearly to ``min_ratio`` at ``throttle_full``; a number or a
-    numpy array."""
+    numpy array (the same float operations either way: the fast-forward checks the two agree)."""
     span = clock.throttle_full - clock.throttle_from
-    depth = np.clip((np.asarray(gemm_rate, dtype=np.float64) - clock.throttle_from) / span, 0, 1)
-    ratio = 1.0 - (1.0 - clock.min_ratio) * depth
-    return float(ratio) if np.ndim(ratio) == 0 else ratio
+    if np.ndim(gemm_rate):
+        depth = np.clip(
+            (np.asarray(gemm_rate, dtype=np.float64) - clock.throttle_from) / span, 0, 1
+        )
+    else:  # a plain float: no numpy call per simulated step
+        depth = min(max((float(gemm_rate) - clock.throttle_from) / span, 0.0), 1.0)
+    return 1.0 - (1.0 - clock.min_ratio) * depth
 
 
 def settle(clock: GpuClock, flops: float, clocked_us: float, total_us, peak_per_us: float):
