@@ -133,6 +133,18 @@ HELDOUT_CLOCK: dict[str, tuple[list[str], float]] = {
 }
 MATRIX["heldout_e"] = HELDOUT_CLOCK
 MATRIX["heldout_f"] = HELDOUT_CLOCK
+# More of the same kind, chosen after h200_run12's first two calls and predicted before their
+# own call: 13B and Qwen at large batches, prompt streams of the 3B and Qwen shapes, the 8B at
+# batch 128 (at the clock model's knee) and long prompts of 4096 tokens.
+MATRIX["heldout_g"] = {
+    "l13b_192x128+128": (shape("llama2_13b", 192, 128, 128), 16),
+    "q7b_64x2048+128": (shape("qwen2_5_7b", 64, 2048, 128), 14),
+    "3b_256x1024+128": (shape("llama3_3b", 256, 1024, 128), 12),
+    "1b_256x512+512": (shape("llama3_1b", 256, 512, 512), 8),
+    "8b_128x256+512": (shape("llama3_8b", 128, 256, 512), 12),
+    "8b_24x4096+256": (shape("llama3_8b", 24, 4096, 256, "workload.max_batch_tokens=8192"), 16),
+    "q7b_128x512+256": (shape("qwen2_5_7b", 128, 512, 256), 10),
+}
 # the brief's workload on the final runtime (issue 12's end-to-end figure), predicted first
 MATRIX["seed"] = {"seed_8192": (CASES["seed_8192"], 180)}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
