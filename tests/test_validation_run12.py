@@ -1,7 +1,8 @@
 """Decode and prompt streams heavy in GEMMs on shapes nothing was fitted on (h200_run12: 8B at
-batch 192 and 256, Qwen2.5-7B at 256, an 8B stream of 131k prompt tokens), recorded in two device
-calls after the SM-clock model (hardware.gpu.clock) and their predictions were committed: the
-shipped profile predicts their total time within 3%, and without the clock it would not."""
+batch 128-256, Qwen2.5-7B at 256, Llama-2-13B at 192, prompt streams of 131k-262k tokens),
+recorded in three device calls after the SM-clock model (hardware.gpu.clock) and their
+predictions were committed: the shipped profile predicts their total time within 3%, and
+without the clock it would not."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ from cbsim.validation.tasks import run_validation_task
 
 RECORDINGS = REPO / "experiments" / "runtime"
 SESSION = RECORDINGS / "h200_run12"
+# recorded in calls 1 and 2 (heldout_e, heldout_f), and in call 4 (heldout_g)
 HEAVY = ("8b_192x256+256", "q7b_256x128+256", "8b_256x512+128", "8b_64x2048+128")
+HEAVY_G = ("l13b_192x128+128", "q7b_64x2048+128", "3b_256x1024+128", "8b_128x256+512")
 
 
 def _async_errors(out_dir, *overrides: str) -> list[float]:
-    trace = ",".join(f"h200_run12/heldout_*/{c}/trace_async.json.gz" for c in HEAVY)
+    trace = ",".join(
+        [f"h200_run12/heldout_{p}/{c}/trace_async.json.gz" for p in "ef" for c in HEAVY]
+        + [f"h200_run12/heldout_g/{c}/trace_async.json.gz" for c in HEAVY_G]
+    )
     cfg = load_config(
         compose_cfg(
             [
@@ -35,7 +41,7 @@ def _async_errors(out_dir, *overrides: str) -> list[float]:
     )
     out_dir.mkdir()
     runs = run_validation_task(cfg, {}, out_dir)["runs"]
-    assert len(runs) == 2 * len(HEAVY)
+    assert len(runs) == 2 * len(HEAVY) + len(HEAVY_G)
     return [r["errors"]["total_time_pct"] for r in runs]
 
 

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from cbsim.config.gpu_clock import GpuClock
+from cbsim.costs.forward_cost import ForwardCost
 
 
 def settled_ratio(clock: GpuClock, gemm_rate):
@@ -42,6 +43,21 @@ def settle(clock: GpuClock, flops: float, clocked_us: float, total_us, peak_per_
     numpy array) whose GEMMs do ``flops`` with ``clocked_us`` of compute-bound time."""
     ratio = settled_ratio(clock, flops / (total_us * peak_per_us))
     return ratio, clocked_us * (1.0 / ratio - 1.0)
+
+
+def settle_forward(
+    cost: ForwardCost, clock: GpuClock, gemm_flops: float, head_flops: float, peak_per_us: float
+) -> None:
+    """``cost`` at its settled clock: the layers' GEMMs (``gemm_flops``) and the LM head's
+    (``head_flops``) compute-bound time, each at most its own time, stretched."""
+    cost.clocked_us = min(cost.linear_us, gemm_flops / peak_per_us) + min(
+        cost.lm_head_us, head_flops / peak_per_us
+    )
+    if cost.clocked_us > 0.0:
+        flops = gemm_flops + head_flops
+        cost.clock_ratio, cost.throttle_us = settle(
+            clock, flops, cost.clocked_us, cost.total_us, peak_per_us
+        )
 
 
 def lagged(

@@ -25,13 +25,13 @@ per block, ``copy_launch_us`` per copy, ``event_us`` per event op.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from cbsim.config.schema import CbsimConfig
-from cbsim.costs.clock import settle
+from cbsim.costs.clock import settle_forward
 from cbsim.costs.decode_kernel import partition_tokens, table_width, tile_tokens
+from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.kernel_count import step_kernels
 from cbsim.costs.kernels import KernelCosts
@@ -41,38 +41,6 @@ INT64, INT32 = 8, 4
 REQUEST_META_BYTES = 3 * INT32
 # per-sampled-request bytes: logits index (int32) + carry-over index (int32)
 SAMPLE_META_BYTES = 2 * INT32
-
-
-@dataclass(slots=True)
-class ForwardCost:
-    """One forward pass on the compute stream, split by what bounds it (microseconds)."""
-
-    linear_us: float
-    lm_head_us: float
-    attention_us: float
-    overhead_us: float  # forward_fixed_us + per-kernel gaps
-    carry_over_us: float  # the in-graph scatter-add of batch N's tokens, 0 when not needed
-    kernels: int  # kernels launched (eager) or graph nodes (replay)
-    # the GEMMs' compute-bound time at boost, its stretch at the settled clock ratio
-    # (costs/clock.py; the simulator lags a step with prompt tokens: launch.py)
-    clocked_us: float = 0.0
-    clock_ratio: float = 1.0
-    throttle_us: float = 0.0
-
-    @property
-    def total_us(self) -> float:
-        return (
-            self.linear_us
-            + self.lm_head_us
-            + self.attention_us
-            + self.overhead_us
-            + self.carry_over_us
-            + self.throttle_us
-        )
-
-
-def roofline_us(flops: float, nbytes: float, flops_per_us: float, bytes_per_us: float) -> float:
-    return max(flops / flops_per_us, nbytes / bytes_per_us)
 
 
 class CostModel:
@@ -203,24 +171,12 @@ class CostModel:
             attention += 0.0 if decode else self.continuation_attention_us(batch)
         cost = self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
         if self.gpu.clock.throttles:
-            self._settle_clock(cost, q_tokens, sampled)
-        return cost
-
-    def _settle_clock(self, cost: ForwardCost, q_tokens: int, sampled: int) -> None:
-        """The settled clock's stretch of the GEMMs' compute-bound time (costs/clock.py)."""
-        gemm, head = self.linear_flops_per_token * q_tokens, self.lm_head_flops_per_row * sampled
-        cost.clocked_us = min(cost.linear_us, gemm / self.peak_per_us) + min(
-            cost.lm_head_us, head / self.peak_per_us
-        )
-        if cost.clocked_us > 0.0:
-            total = cost.total_us
-            cost.clock_ratio, cost.throttle_us = settle(
-                self.gpu.clock,
-                self.forward_gemm_flops(q_tokens, sampled),
-                cost.clocked_us,
-                total,
-                self.peak_per_us,
+            gemm, head = (
+                self.linear_flops_per_token * q_tokens,
+                self.lm_head_flops_per_row * sampled,
             )
+            settle_forward(cost, self.gpu.clock, gemm, head, self.peak_per_us)
+        return cost
 
     def forward_gemm_flops(self, q_tokens: int, sampled: int) -> float:
         """The FLOPs of a forward's GEMMs: the layers' over every computed row, the LM head's
