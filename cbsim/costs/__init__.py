@@ -1,8 +1,10 @@
 """The simulator's cost model: every duration the SimPy model uses comes from here.
 
-``model.py`` holds ``CostModel`` (the roofline, the host phases, copies, memory); a hardware
-profile with ``kernel_table`` set costs the forward's kernels from measured times instead
-(``kernel_table.py`` reads and interpolates the table, ``kernels.py`` sums a step's kernels).
+``model.py`` holds ``CostModel`` (the roofline, the host phases, copies, memory; a forward's
+cost is ``forward_cost.py``'s ``ForwardCost``); a hardware profile with ``kernel_table`` set
+costs the forward's kernels from measured times instead (``kernel_table.py`` reads and
+interpolates the table, ``kernels.py`` sums a step's kernels); ``clock.py`` stretches a
+forward's compute-bound GEMM time at the clock the power cap settles at.
 """
 
 from cbsim.costs.model import (
