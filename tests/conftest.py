@@ -20,6 +20,7 @@ register_configs()
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 REPO = Path(__file__).resolve().parents[1]
+RECORDINGS = REPO / "experiments" / "runtime"
 
 
 def compose_cfg(overrides: list[str] | None = None) -> DictConfig:
@@ -29,6 +30,27 @@ def compose_cfg(overrides: list[str] | None = None) -> DictConfig:
 
 def make_config(overrides: list[str] | None = None):
     return load_config(compose_cfg(overrides))
+
+
+def validate_recorded(out_dir: Path, traces: str, *overrides: str) -> dict:
+    """``+experiment=validate`` on committed recordings (``traces``: comma-separated globs under
+    experiments/runtime) with ``overrides``, quietly (no report, progress or table): the task's
+    output, as metrics.json holds it."""
+    from cbsim.validation.tasks import run_validation_task
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = make_config(
+        [
+            "+experiment=validate",
+            f"extra.recordings={RECORDINGS}",
+            f"trace=[{traces}]",
+            "extra.report=false",
+            "extra.progress=false",
+            "output.print_table=false",
+            *overrides,
+        ]
+    )
+    return run_validation_task(cfg, {}, out_dir)
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import REPO, compose_cfg, load_config
+from conftest import RECORDINGS, validate_recorded
 
-from cbsim.validation.tasks import run_validation_task
-
-RECORDINGS = REPO / "experiments" / "runtime"
 SESSION = RECORDINGS / "h200_run10"
 CALLS = ("heldout_c", "heldout_d", "heldout_seq")
 
@@ -27,22 +24,13 @@ def test_unseen_models_and_calls_lie_inside_their_bands(tmp_path):
     total time within 3.6% (8b_48x200+600 +3.6%: its decode over the tables' interpolation
     between 32 and 64 rows; the clock's share of its two prompt steps adds 0.3)."""
     trace = ",".join(f"h200_run10/{c}/*/trace_*.json.gz" for c in CALLS)
-    cfg = load_config(
-        compose_cfg(
-            [
-                "+experiment=validate",
-                "hardware=h200_kernels_calibrated",
-                f"extra.recordings={RECORDINGS}",
-                f"trace=[{trace}]",
-                "extra.holdout=profile",
-                "extra.bands=true",
-                "extra.report=false",
-                "extra.progress=false",
-                "output.print_table=false",
-            ]
-        )
+    out = validate_recorded(
+        tmp_path,
+        trace,
+        "hardware=h200_kernels_calibrated",
+        "extra.holdout=profile",
+        "extra.bands=true",
     )
-    out = run_validation_task(cfg, {}, tmp_path)
     runs = out["runs"]
     assert len(runs) == 36 and all(r["held_out_by"] == "profile" for r in runs)
     bands = out["summary"]["bands"]

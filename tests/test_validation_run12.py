@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import REPO, compose_cfg, load_config
+from conftest import RECORDINGS, validate_recorded
 
-from cbsim.validation.tasks import run_validation_task
-
-RECORDINGS = REPO / "experiments" / "runtime"
 SESSION = RECORDINGS / "h200_run12"
 # recorded in calls 1 and 2 (heldout_e, heldout_f), and in call 4 (heldout_g)
 HEAVY = ("8b_192x256+256", "q7b_256x128+256", "8b_256x512+128", "8b_64x2048+128")
@@ -24,23 +21,9 @@ def _async_errors(out_dir, *overrides: str) -> list[float]:
         [f"h200_run12/heldout_{p}/{c}/trace_async.json.gz" for p in "ef" for c in HEAVY]
         + [f"h200_run12/heldout_g/{c}/trace_async.json.gz" for c in HEAVY_G]
     )
-    cfg = load_config(
-        compose_cfg(
-            [
-                "+experiment=validate",
-                "hardware=h200_kernels_calibrated",
-                *overrides,
-                f"extra.recordings={RECORDINGS}",
-                f"trace=[{trace}]",
-                "extra.holdout=profile",
-                "extra.report=false",
-                "extra.progress=false",
-                "output.print_table=false",
-            ]
-        )
-    )
-    out_dir.mkdir()
-    runs = run_validation_task(cfg, {}, out_dir)["runs"]
+    runs = validate_recorded(
+        out_dir, trace, "hardware=h200_kernels_calibrated", "extra.holdout=profile", *overrides
+    )["runs"]
     assert len(runs) == 2 * len(HEAVY) + len(HEAVY_G)
     return [r["errors"]["total_time_pct"] for r in runs]
 

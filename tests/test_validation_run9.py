@@ -5,11 +5,8 @@ from a profile fitted on the 8b and 1b calls alone (the kernel tables allowed)."
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, compose_cfg, load_config
+from conftest import RECORDINGS, validate_recorded
 
-from cbsim.validation.tasks import run_validation_task
-
-RECORDINGS = REPO / "experiments" / "runtime"
 SESSION = RECORDINGS / "h200_run9"
 HELD = ("3b/3b_4x256+1024", "3b/3b_1x2048+2048", "3b/3b_64x512+512", "long/3b_32x128+4096")
 FIT_ON = ("8b/*", "1b/*")
@@ -27,24 +24,15 @@ def test_an_unseen_model_in_unseen_calls_meets_the_run_targets(tmp_path):
     speedup (+1.2 points). docs/validation.md has the whole matrix, misses included."""
     trace = ",".join(f"h200_run9/{h}/trace_*.json.gz" for h in HELD)
     fit_on = ",".join(f"h200_run9/{f}/trace_*.json.gz" for f in FIT_ON)
-    cfg = load_config(
-        compose_cfg(
-            [
-                "+experiment=validate",
-                "hardware=h200_kernels",
-                f"extra.recordings={RECORDINGS}",
-                f"trace=[{trace}]",
-                "extra.holdout=fit_on",
-                f"extra.fit_on=[{fit_on}]",
-                "extra.forward_samples=60",
-                "extra.bands=false",
-                "extra.report=false",
-                "extra.progress=false",
-                "output.print_table=false",
-            ]
-        )
+    out = validate_recorded(
+        tmp_path,
+        trace,
+        "hardware=h200_kernels",
+        "extra.holdout=fit_on",
+        f"extra.fit_on=[{fit_on}]",
+        "extra.forward_samples=60",
+        "extra.bands=false",
     )
-    out = run_validation_task(cfg, {}, tmp_path)
     assert len(out["runs"]) == 2 * len(HELD)
     for r in out["runs"]:
         assert r["held_out"] and r["across_calls"] and r["model"] == "llama3_3b"
