@@ -39,6 +39,16 @@ def test_double_free_and_out_of_range_refused():
     assert kv.num_free == 3
 
 
+def test_a_repeat_anywhere_in_a_free_is_refused_and_frees_nothing():
+    kv = KVBlockManager(8, 2)
+    b = kv.allocate(6)
+    with pytest.raises(RuntimeError, match="freed twice"):
+        kv.free(np.array([b[0], b[3], b[1], b[3]]))
+    assert kv.num_free == 2 and kv.used_blocks().size == 6
+    kv.free(b[[4, 0, 5]])  # distinct ids after a refused call: the check's scratch is reused
+    assert kv.num_free == 5
+
+
 def test_bad_sizes():
     with pytest.raises(ValueError):
         KVBlockManager(0, 16)
