@@ -79,6 +79,9 @@ class Speedup:
             "predicted": self.predicted,
             "error_points": self.error_points,
             "band": list(self.band) if self.band else None,
+            # the draws' band alone, before the model error widens it (what pooling the error
+            # over several validations measures on: cbsim/widening.py)
+            "draw_band": list(self.draw_band) if self.draw_band else None,
             "in_band": self.in_band,
             "held_out": self.held_out,
             "held_out_by": self.held_out_by,
