@@ -17,7 +17,9 @@ own ``CostModel``, so plugging the profile back in reproduces what was fitted:
 - host regimes (regimes.py): the host's two speed levels over time, from windows of steps whose
   phases run slower than the phase model says; the host costs above are fitted at the fast level;
 - host spread (spread.py): the step-to-step spread of the host's speed inside a level within a
-  run, and between device calls of the same workload (kept when no workload has two calls).
+  run, and between device calls of the same workload (kept when no workload has two calls);
+- the loop's cold start (loop_start.py): the recorded head of each run (its time zero to its
+  first GPU span) over the simulated one.
 
 A term the traces cannot tell apart from others (collinear, or too small to see) keeps the base
 profile's value and the table says "kept".
@@ -30,6 +32,7 @@ import dataclasses
 from cbsim.calibration.forward import fit_forward
 from cbsim.calibration.host import fit_copies, fit_wait_launch
 from cbsim.calibration.imported import fit_import_host, fit_import_kernels
+from cbsim.calibration.loop_start import fit_loop_start
 from cbsim.calibration.options import FitOptions
 from cbsim.calibration.progress import progress
 from cbsim.calibration.recordings import Recorded, label
@@ -71,6 +74,8 @@ def calibrate(
         ),
         ("host spread", lambda: fit_spread(recs, cal, levels.at)),
         ("import host", lambda: fit_import_host(imports, cal)),
+        # last: it simulates each run with every other term as fitted
+        ("loop start", lambda: fit_loop_start(recs, cal)),
     ]
     for _, fit in progress(stages, len(stages), "calibrating", options.progress):
         fit()

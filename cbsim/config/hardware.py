@@ -29,6 +29,7 @@ HOST_TIMES_US = (
     "event_us",
     "sync_wake_us",
     "stall_us",
+    "loop_start_us",
 )
 
 
@@ -131,6 +132,11 @@ class HostCosts:
     # `stall_every_steps`-th update takes `stall_us` longer; 0 = never (simulator only)
     stall_us: float = 0.0
     stall_every_steps: int = 0
+    # the loop's start: from the run's time zero to its first step's launch, beyond what the
+    # first step's phases cost in steady state (the runtime records its trace anchor, and the
+    # first schedule, prepare and copy run cold: 1-7 ms recorded, 0.5 ms simulated without it,
+    # experiments/runtime/h200_run11); the host waits it out before its first schedule
+    loop_start_us: float = 0.0
     spread: HostSpread = field(default_factory=HostSpread)
     # the host's two speed levels over time; the costs above are the fast level
     regimes: HostRegimes = field(default_factory=HostRegimes)

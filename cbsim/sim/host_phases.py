@@ -41,6 +41,14 @@ class HostPhases(HostState):
         self.lane_busy_us[lane] += dur
 
     # ---- host phases -----------------------------------------------------------------------
+    def loop_start(self):
+        """The loop's cold start (hardware.host.loop_start_us), before the first schedule, as
+        host time without a span: in the runtime it is the trace anchor before the first span
+        and the first step's phases running longer than their steady cost."""
+        start = self.config.hardware.host.loop_start_us
+        if start > 0:
+            yield self.env.timeout(start * self.speed.factor_at(self.env.now))
+
     def steady_stretch(self, inflight: Launched | None):
         """The steady decode steps ahead, all at once and exactly (fast_forward.py), if any;
         returns the batch in flight after them (async) or ``inflight``."""

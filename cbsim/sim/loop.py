@@ -15,6 +15,7 @@ from cbsim.sim.host_phases import HostPhases
 def run_sync(sim: HostPhases) -> Generator:
     """Synchronous: the host and the GPU take turns. Prepare batch N (its decode inputs are real
     tokens), launch it, block until its tokens are back, update, and only then build N+1."""
+    yield from sim.loop_start()
     while sim.sched.has_unfinished():
         yield from sim.steady_stretch(None)  # many identical steps at once, or none
         batch = yield from sim.schedule()
@@ -33,6 +34,7 @@ def run_async(sim: HostPhases) -> Generator:
     where N's tokens go, a carry-over index saying which), enqueue it behind N (H2D -> compute ->
     D2H, ordered by events), then block once on N's D2H event and update with N's tokens."""
     inflight = None  # batch N: launched, tokens not back yet
+    yield from sim.loop_start()
     while sim.sched.has_unfinished():
         inflight = yield from sim.steady_stretch(inflight)  # identical steps at once, or none
         batch = yield from sim.schedule()  # batch N+1, built before N's tokens exist
