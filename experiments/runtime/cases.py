@@ -160,6 +160,18 @@ MATRIX["heldout_h"] = {
     "3b_poisson_32": (poisson("llama3_3b", 32, 96, 16.0, 768, 384), 16),
 }
 MATRIX["heldout_i"] = MATRIX["heldout_h"]
+# Chosen after heldout_h/i and predicted before its call: small batches, where the host's share
+# of a sync step is largest (1B at 4, 3B at 8, 8B at 2, 13B at 8), a long prompt at a small batch,
+# Qwen at 48, and an 8B online stream near its seats' capacity
+MATRIX["heldout_j"] = {
+    "1b_4x512+1024": (shape("llama3_1b", 4, 512, 1024), 12),
+    "3b_8x256+1024": (shape("llama3_3b", 8, 256, 1024), 14),
+    "8b_2x2048+512": (shape("llama3_8b", 2, 2048, 512), 10),
+    "l13b_8x256+768": (shape("llama2_13b", 8, 256, 768), 18),
+    "3b_4x8192+512": (shape("llama3_3b", 4, 8192, 512, "workload.max_batch_tokens=8192"), 10),
+    "q7b_48x256+512": (shape("qwen2_5_7b", 48, 256, 512), 12),
+    "8b_poisson_48": (poisson("llama3_8b", 48, 128, 14.0, 512, 384), 20),
+}
 # the brief's workload on the final runtime (issue 12's end-to-end figure), predicted first
 MATRIX["seed"] = {"seed_8192": (CASES["seed_8192"], 180)}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
