@@ -53,6 +53,19 @@ def validate_recorded(out_dir: Path, traces: str, *overrides: str) -> dict:
     return run_validation_task(cfg, {}, out_dir)
 
 
+def shipped_async_runs(out_dir: Path, cases: dict[str, tuple[str, ...]], *overrides: str) -> list:
+    """The async runs of ``cases`` (a part's directory under experiments/runtime -> its case
+    names) validated with the shipped profile, which none of them entered (holdout=profile)."""
+    trace = ",".join(
+        f"{part}/{case}/trace_async.json.gz" for part, names in cases.items() for case in names
+    )
+    runs = validate_recorded(
+        out_dir, trace, "hardware=h200_kernels_calibrated", "extra.holdout=profile", *overrides
+    )["runs"]
+    assert len(runs) == sum(len(names) for names in cases.values())
+    return runs
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "cbsim", *args],

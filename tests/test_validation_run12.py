@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import RECORDINGS, validate_recorded
+from conftest import RECORDINGS, shipped_async_runs
 
 SESSION = RECORDINGS / "h200_run12"
 # recorded in calls 1 and 2 (heldout_e, heldout_f), and in call 4 (heldout_g)
@@ -17,14 +17,8 @@ HEAVY_G = ("l13b_192x128+128", "q7b_64x2048+128", "3b_256x1024+128", "8b_128x256
 
 
 def _async_errors(out_dir, *overrides: str) -> list[float]:
-    trace = ",".join(
-        [f"h200_run12/heldout_{p}/{c}/trace_async.json.gz" for p in "ef" for c in HEAVY]
-        + [f"h200_run12/heldout_g/{c}/trace_async.json.gz" for c in HEAVY_G]
-    )
-    runs = validate_recorded(
-        out_dir, trace, "hardware=h200_kernels_calibrated", "extra.holdout=profile", *overrides
-    )["runs"]
-    assert len(runs) == 2 * len(HEAVY) + len(HEAVY_G)
+    parts = {f"h200_run12/heldout_{p}": HEAVY for p in "ef"}
+    runs = shipped_async_runs(out_dir, {**parts, "h200_run12/heldout_g": HEAVY_G}, *overrides)
     return [r["errors"]["total_time_pct"] for r in runs]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import RECORDINGS, validate_recorded
+from conftest import RECORDINGS, shipped_async_runs
 
 SESSION = RECORDINGS / "h200_run13"
 # the offline cases of calls 1 and 2 (heldout_h, heldout_i) and of call 3 (heldout_j)
@@ -16,15 +16,8 @@ OFFLINE_J = ("3b_8x256+1024", "8b_2x2048+512", "l13b_8x256+768", "q7b_48x256+512
 
 
 def _async_runs(out_dir, *overrides: str) -> list[dict]:
-    trace = ",".join(
-        [f"h200_run13/heldout_{p}/{c}/trace_async.json.gz" for p in "hi" for c in OFFLINE_HI]
-        + [f"h200_run13/heldout_j/{c}/trace_async.json.gz" for c in OFFLINE_J]
-    )
-    runs = validate_recorded(
-        out_dir, trace, "hardware=h200_kernels_calibrated", "extra.holdout=profile", *overrides
-    )["runs"]
-    assert len(runs) == 2 * len(OFFLINE_HI) + len(OFFLINE_J)
-    return runs
+    parts = {f"h200_run13/heldout_{p}": OFFLINE_HI for p in "hi"}
+    return shipped_async_runs(out_dir, {**parts, "h200_run13/heldout_j": OFFLINE_J}, *overrides)
 
 
 def _log_ratios(runs: list[dict]) -> np.ndarray:
