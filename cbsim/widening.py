@@ -70,6 +70,18 @@ def needed_error(metric: str, recorded: float, value: float, lo: float, hi: floa
     return 0.0 if miss <= half else math.sqrt(miss**2 - half**2) / Z95
 
 
+def run_needed(
+    real: dict[str, float | None], sim: dict[str, float], draw_band: dict[str, Sequence[float]]
+) -> dict[str, float]:
+    """Per banded metric of one run, ``needed_error`` of its recorded value against the
+    draws' own band (the metrics the recording has)."""
+    return {
+        m: needed_error(m, real[m], sim[m], *band)
+        for m, band in draw_band.items()
+        if real.get(m) is not None
+    }
+
+
 def covering_error(
     needed: Sequence[dict[str, float]], share: float = 0.9
 ) -> dict[str, float] | None:

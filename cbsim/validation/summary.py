@@ -10,7 +10,7 @@ import numpy as np
 from cbsim.validation.measure import PCT_ERRORS
 from cbsim.validation.runs import TARGETS, RunResult
 from cbsim.validation.speedup import SPEEDUP_POINTS, Speedup
-from cbsim.widening import covering_error, needed_error
+from cbsim.widening import covering_error, needed_error, run_needed
 
 # the issue's band targets: the recorded value inside P5-P95 for this share of held-out runs,
 # with a median half-width of the GPU-idle band under this many percentage points
@@ -38,15 +38,7 @@ def engine_errors(runs: list[RunResult]) -> dict[str, Any]:
 def covering(banded: list[RunResult], pairs: list[Speedup]) -> dict[str, float] | None:
     """The model error that would hold BAND_COVERAGE of ``banded`` inside their bands in both
     metrics, and of ``pairs`` inside their speedup bands."""
-    runs = [
-        {
-            m: needed_error(m, r.real[m], r.sim[m], *b)
-            for m, b in r.draw_band.items()
-            if r.real.get(m) is not None
-        }
-        for r in banded
-        if r.draw_band
-    ]
+    runs = [run_needed(r.real, r.sim, r.draw_band) for r in banded if r.draw_band]
     out = covering_error(runs, BAND_COVERAGE)
     speedups = [
         {"speedup": needed_error("speedup", p.recorded, p.predicted, *p.draw_band)}

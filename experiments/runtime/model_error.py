@@ -17,16 +17,12 @@ import sys
 from pathlib import Path
 
 from cbsim.validation.summary import BAND_COVERAGE
-from cbsim.widening import covering_error, needed_error
+from cbsim.widening import covering_error, needed_error, run_needed
 
 
 def needed(doc: dict) -> tuple[list[dict], list[dict]]:
     runs = [
-        {
-            m: needed_error(m, r["real"][m], r["sim"][m], *b)
-            for m, b in r["draw_band"].items()
-            if r["real"].get(m) is not None
-        }
+        run_needed(r["real"], r["sim"], r["draw_band"])
         for r in doc["runs"]
         if r.get("held_out") and r.get("draw_band")
     ]
