@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .kernels.fused_epilogues import kv_write, kv_write_ok
+
 
 class PagedKVCache:
     def __init__(
@@ -25,6 +27,8 @@ class PagedKVCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.scratch_block = num_blocks
+        # mode.fuse_epilogues: one Triton kernel writes a step's K and V (kernels/fused_epilogues)
+        self.fused = False
         shape = (num_blocks + 1, block_size, num_kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -43,5 +47,8 @@ class PagedKVCache:
         """Store key/value [T, Hkv, D] at flat slots (block * block_size + offset)."""
         k = self.k[layer].view(-1, *self.k[layer].shape[2:])
         v = self.v[layer].view(-1, *self.v[layer].shape[2:])
+        if self.fused and kv_write_ok(key, value):
+            kv_write(key, value, k, v, slot_mapping)
+            return
         k.index_copy_(0, slot_mapping, key)
         v.index_copy_(0, slot_mapping, value)

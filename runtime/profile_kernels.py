@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig
@@ -31,6 +30,7 @@ from cbsim.costs.kernel_table import write_table
 from cbsim.costs.kernels import gemm_shapes
 
 from .attention import AttnMeta, decode_torch, prefill_fresh
+from .profile_elementwise import dtype_of, profile_elementwise
 
 log = logging.getLogger("cbsim")
 L2_ROTATE_BYTES = 256 << 20  # operands cycled per graph: several times the H200's 50 MB L2
@@ -221,79 +221,6 @@ def profile_prefill(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, 
             out.append(("prefill_attention", hq, d, hkv, rows, length, timer(calls)))
 
 
-def _elementwise(cfg: CbsimConfig, dev: torch.device) -> dict[str, Callable]:
-    """Per op: (n, k, make(rows) -> call) as the runtime runs it."""
-    m, dt = cfg.model, _dtype(cfg)
-    h, hq, hkv, d, inter = (
-        m.hidden_size,
-        m.num_heads,
-        m.num_kv_heads,
-        m.head_dim,
-        m.intermediate_size,
-    )
-    triton = dev.type == "cuda" and cfg.mode.fuse_norm_rope
-    if triton:
-        from .kernels.fused_elementwise import apply_rope, rms_norm
-    w = torch.ones(h, dtype=dt, device=dev)
-
-    def norm(r):
-        x = torch.randn(r, h, dtype=dt, device=dev)
-        if triton:
-            return lambda: rms_norm(x, w, 1e-5)
-        return lambda: (
-            w * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(dt)
-        )
-
-    def rope(r):
-        qkv = torch.randn(1, r, (hq + 2 * hkv) * d, dtype=dt, device=dev)
-        q = qkv[..., : hq * d].view(1, r, hq, d).transpose(1, 2)
-        k = qkv[..., hq * d : (hq + hkv) * d].view(1, r, hkv, d).transpose(1, 2)
-        cos = torch.randn(1, r, d, dtype=dt, device=dev)
-        if triton:
-            return lambda: apply_rope(q, k, cos, cos)
-        half = d // 2
-        rot = lambda t: torch.cat((-t[..., half:], t[..., :half]), -1)  # noqa: E731
-        c = cos[:, None]
-        return lambda: (q * c + rot(q) * c, k * c + rot(k) * c)
-
-    def silu(r):
-        gu = torch.randn(1, r, 2 * inter, dtype=dt, device=dev)
-        return lambda: F.silu(gu[..., :inter]) * gu[..., inter:]
-
-    def add(r):
-        a, b = (torch.randn(1, r, h, dtype=dt, device=dev) for _ in range(2))
-        return lambda: a + b
-
-    def argmax(r):
-        logits = torch.randn(r, m.vocab_size, dtype=dt, device=dev)
-        return lambda: logits.argmax(-1)
-
-    def kv_write(r):
-        kc = torch.zeros(r + 16, hkv, d, dtype=dt, device=dev)
-        vc, key = torch.zeros_like(kc), torch.randn(r, hkv, d, dtype=dt, device=dev)
-        slots = torch.randperm(r, device=dev)
-        return lambda: (kc.index_copy_(0, slots, key), vc.index_copy_(0, slots, key))
-
-    return {
-        "rms_norm": (h, 0, norm),
-        "rope": ((hq + hkv) * d, d, rope),
-        "silu_mul": (inter, 0, silu),
-        "add": (h, 0, add),
-        "argmax": (m.vocab_size, 0, argmax),
-        "kv_write": (2 * hkv * d, d, kv_write),
-    }
-
-
-def profile_elementwise(
-    cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list
-) -> None:
-    for op, (n, k, make) in _elementwise(cfg, dev).items():
-        for rows in grid.elementwise_rows:
-            if op == "argmax" and rows > grid.lm_head_rows_max:
-                break
-            out.append((op, n, k, 0, rows, 0, timer([make(rows)] * 4)))
-
-
 def profile_copies(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
     pin = dev.type == "cuda"
     for nbytes in grid.copy_bytes:
@@ -312,12 +239,6 @@ KINDS = {
     "prefill_attention": profile_prefill,
     "decode_attention": profile_decode,
 }
-
-
-def _dtype(cfg: CbsimConfig) -> torch.dtype:
-    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
-        cfg.model.dtype
-    ]
 
 
 def _hardware(dev: torch.device) -> str:
@@ -344,7 +265,7 @@ def run_profile(config: CbsimConfig, run_dir: Path, command: str = "") -> dict[s
         raise ConfigError(f"mode.device={config.mode.device}: no CUDA device is visible")
     torch.manual_seed(config.workload.seed)
     t0 = time.monotonic()
-    timer, dt = Timer(dev, grid.target_ms, t0 + grid.max_seconds), _dtype(config)
+    timer, dt = Timer(dev, grid.target_ms, t0 + grid.max_seconds), dtype_of(config)
     path = (Path(grid.out) if grid.out else Path(run_dir)) / f"{grid.name or config.model.name}.csv"
     rows: list[tuple] = []
     short: list[str] = []
@@ -378,7 +299,7 @@ def _headers(config, dev, command, timer, t0, grid, short) -> list[str]:
         f"model: {m.name} (hidden {m.hidden_size}, intermediate {m.intermediate_size}, heads "
         f"{m.num_heads}/{m.num_kv_heads} x {m.head_dim}, vocab {m.vocab_size}, {m.dtype})",
         f"fused: projections {cuda and config.mode.fuse_projections}, norm and rope "
-        f"{cuda and config.mode.fuse_norm_rope}",
+        f"{cuda and config.mode.fuse_norm_rope}, epilogues {cuda and config.mode.fuse_epilogues}",
         "timing: per call, CUDA events around replays of a graph of back-to-back calls (node gap "
         f"included); {timer.eager} points eager (capture failed)"
         if cuda

@@ -55,7 +55,8 @@ def runtime_model(
     config: CbsimConfig, device: torch.device, model: torch.nn.Module | None
 ) -> torch.nn.Module:
     """The model the runner drives: built from the config and, on CUDA, fused as mode.* asks
-    (one GEMM for q/k/v and one for gate/up; RMSNorm and RoPE as one Triton kernel each), or
+    (one GEMM for q/k/v and one for gate/up; RMSNorm and RoPE as one Triton kernel each; the
+    residual adds inside the o_proj and down GEMMs, SiLU x up as one kernel), or
     the model passed in, as it is, with its attention switched to the paged cache."""
     if model is not None:
         register()
@@ -70,6 +71,10 @@ def runtime_model(
         from .kernels.fused_elementwise import fuse_norm_and_rope
 
         fuse_norm_and_rope(model)
+    if device.type == "cuda" and config.mode.fuse_epilogues:
+        from .kernels.fused_epilogues import fuse_epilogues
+
+        fuse_epilogues(model)
     return model
 
 
@@ -102,6 +107,7 @@ class ModelRunner:
             dtype,
             device,
         )
+        self.cache.fused = device.type == "cuda" and config.mode.fuse_epilogues
         self.decode_kernel = load_decode_kernel(config.mode.attention, device)
         self.block_size = w.kv_block_size
         # graph buckets: the configured sizes up to the first that holds a full batch

@@ -18,6 +18,7 @@ def decode(requests, context):
 
 def model(**gpu):
     cfg = CbsimConfig()
+    cfg.mode.fuse_epilogues = False  # the build the counts below were taken from
     if gpu:
         cfg.hardware.gpu = dataclasses.replace(cfg.hardware.gpu, **gpu)
     return CostModel(cfg)
@@ -62,12 +63,15 @@ def test_prefill_is_compute_bound():
     assert f.attention_us > cm.forward(decode(1, 8192), graph=False, carry_over=False).attention_us
 
 
-def test_graph_replay_vs_eager_gaps_and_carry_over():
-    cm = model()
+@pytest.mark.parametrize("fused", [False, True])
+def test_graph_replay_vs_eager_gaps_and_carry_over(fused):
+    cfg = CbsimConfig()
+    cfg.mode.fuse_epilogues = fused
+    cm = CostModel(cfg)
     eager = cm.forward(decode(4, 100), graph=False, carry_over=False)
     graph = cm.forward(decode(4, 100), graph=True, carry_over=False)
     carry = cm.forward(decode(4, 100), graph=True, carry_over=True)
-    kernels = 14 * 32 + 6
+    kernels = (10 if fused else 14) * 32 + 6  # fused: two adds, a multiply, a cache write fewer
     assert eager.kernels == kernels and carry.kernels == kernels + 1
     assert eager.overhead_us - graph.overhead_us == pytest.approx(kernels * (2.0 - 0.5))
     assert carry.total_us - graph.total_us == pytest.approx(3.0 + 0.5)
@@ -238,6 +242,10 @@ def test_kernel_counts_follow_the_attention_groups_of_the_step():
     assert fwd(continuation, graph=False, carry_over=False).kernels == 21 + 32 * 27 + 12
     last_token = Shape([1, 1], [300, 700], kind="mixed")  # a prompt's last token: decode path
     assert fwd(last_token, graph=False, carry_over=False).kernels == 565
+    fused = CbsimConfig()
+    fused.hardware.gpu = dataclasses.replace(fused.hardware.gpu, **RUNTIME_COUNTS)
+    # mode.fuse_epilogues: 4 kernels fewer per layer (Kineto: 565 -> 437 nodes a decode graph)
+    assert CostModel(fused).forward(decode(32, 300), graph=True, carry_over=False).kernels == 437
     # the defaults (0): one count for every step, as before
     assert model().forward(prompt, graph=False, carry_over=False).kernels == 14 * 32 + 6
 

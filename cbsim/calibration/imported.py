@@ -16,6 +16,7 @@ from cbsim.calibration.fit import Fit
 from cbsim.calibration.recordings import Recorded, forward_steps
 from cbsim.calibration.result import Calibration, Row, set_quantile
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.costs.kernel_count import FUSED_LAYER_KERNELS_SAVED
 from cbsim.trace import schema as S
 
 log = logging.getLogger("cbsim")
@@ -64,9 +65,13 @@ def fit_import_kernels(recs: list[Recorded], cal: Calibration) -> None:
     decode = fwd[fwd.kind == "decode"].kernels
     prefill = fwd[fwd.kind == "prefill"].kernels
     counts: dict[str, float] = {}
+    # a profile's counts are those of a build without mode.fuse_epilogues (kernel_count.py): an
+    # import simulated with the option on gets back what it counted
+    fused = recs[0].config.mode.fuse_epilogues
     if len(decode):
         n = int(decode.median())
-        counts |= {"kernels_per_layer": n // layers, "kernels_extra": n % layers}
+        per_layer = n // layers + (FUSED_LAYER_KERNELS_SAVED if fused else 0)
+        counts |= {"kernels_per_layer": per_layer, "kernels_extra": n % layers}
         counts["decode_kernels_per_layer"] = 0
         if len(prefill):
             more = max(int(prefill.median()) - n, 0)

@@ -197,7 +197,8 @@ class GpuCosts:
     # GPU idle between two forwards queued back to back on the compute stream (the events
     # recorded around each forward, the next graph's or kernel's start on the device), us
     forward_gap_us: float = 0.0
-    # kernels per transformer layer (eager launches / graph nodes)
+    # kernels per transformer layer (eager launches / graph nodes), as counted without
+    # mode.fuse_epilogues (cbsim/costs/kernel_count.py subtracts what that option fuses)
     kernels_per_layer: int = 14
     # kernels outside the layers (embedding, final norm, LM head, sampling)
     kernels_extra: int = 6

@@ -55,6 +55,11 @@ class ModeConfig:
     # runtime on CUDA only: RMSNorm and RoPE as one Triton kernel each (2.1 ms/step less at the 8B
     # seed shape; seed 32 x (256 + 8192) async 101.5 s -> 82.3 s, experiments/runtime/README.md)
     fuse_norm_rope: bool = True
+    # runtime on CUDA only, and the simulator's kernel count and table rows: the residual adds
+    # inside the o_proj and down GEMMs, SiLU x up and the K/V cache write one Triton kernel each
+    # (4 kernels fewer per layer; experiments/perf-notes.md). A recording whose config lacks the
+    # key ran without it
+    fuse_epilogues: bool = True
     # sim only: P5 / median / P95 of total time, GPU idle and async speedup (cbsim.bands; 2 x
     # hardware.host.spread.draws more simulations): auto = for a single run whose profile has a
     # spread, not inside sweep jobs; true = always; false = never. A measurement has no band

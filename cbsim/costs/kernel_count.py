@@ -13,6 +13,18 @@ the recorded steps grow with the layers by about a gap per kernel beyond the tab
 
 from __future__ import annotations
 
+# The counts above were taken without mode.fuse_epilogues. What it removes is read off the
+# runtime's code (runtime/kernels/fused_epilogues.py) and counted by Kineto on the H200
+# (experiments/perf/epilogues): per layer, the two residual adds (the o_proj and down GEMMs add
+# into the residual), one of SiLU and the multiply, one of the K and V cache writes
+FUSED_LAYER_KERNELS_SAVED = 4
+
+
+def layer_kernels(gpu, fused_epilogues: bool) -> int:
+    """The layers' own kernels per layer, as the build runs them (at least the one GEMM a layer
+    of a profile counted for another build keeps)."""
+    return max(1, gpu.kernels_per_layer - (FUSED_LAYER_KERNELS_SAVED if fused_epilogues else 0))
+
 
 def step_kernels(gpu, base: int, layers: int, batch, decode: bool) -> int:
     """Kernels of one forward: ``base`` (the layers' own and the per-forward ones), plus those of

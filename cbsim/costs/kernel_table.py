@@ -10,8 +10,8 @@ in microseconds, as it runs inside a replayed CUDA graph (the gap to the next no
 | ``gemm`` | output features, input features, 0 | M (tokens) | 0 |
 | ``decode_attention`` | query heads, head dim, kv heads | requests | KV tokens of each |
 | ``prefill_attention`` | query heads, head dim, kv heads | prompts | tokens of each (causal) |
-| ``rms_norm``, ``silu_mul``, ``add``, ``argmax`` | elements per token, 0, 0 | tokens | 0 |
-| ``rope``, ``kv_write`` | elements per token (q+k, or k+v), head dim, 0 | tokens | 0 |
+| ``rms_norm``, ``silu_mul(_fused)``, ``add``, ``argmax`` | elements per token, 0, 0 | tokens | 0 |
+| ``rope``, ``kv_write(_fused)`` | elements per token (q+k, or k+v), head dim, 0 | tokens | 0 |
 | ``h2d``, ``d2h`` | 0, 0, 0 | bytes | 0 |
 
 Attention times are per layer. ``KernelTable.time_us`` interpolates log-log in rows and context
@@ -47,6 +47,7 @@ ATTENTION_OPS = ("decode_attention", "prefill_attention")
 # kernels that split their elements evenly over programs (argmax is not: a program per row
 # reduces the whole vocabulary, so a longer row is a longer walk, as the roofline ratio scales it)
 ELEMENTWISE_OPS = ("rms_norm", "silu_mul", "add", "rope", "kv_write")
+ELEMENTWISE_OPS += ("silu_mul_fused", "kv_write_fused")  # mode.fuse_epilogues' one-kernel versions
 OPS = ("gemm", *ATTENTION_OPS, *ELEMENTWISE_OPS, "argmax")
 OPS += ("h2d", "d2h")
 # how a kernel's time grows past the table's last context: decode reads each token once,

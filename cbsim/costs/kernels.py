@@ -3,7 +3,8 @@ attention, each looked up at the step's rows and contexts (kernel_table.py inter
 
 The kernels are the runtime's (runtime/profile_kernels.py times the same list): per layer the
 projection GEMMs (q/k/v and gate/up fused when ``mode.fuse_projections``), two RMSNorms, RoPE, the
-KV-cache write, SiLU x up and two residual adds; once per forward the final RMSNorm, the LM head
+KV-cache write, SiLU x up and two residual adds (the adds inside the GEMMs, the write and SiLU x
+up one kernel each, with ``mode.fuse_epilogues``); once per forward the final RMSNorm, the LM head
 over the sampled rows and their argmax. Attention per layer: decode rows through the paged
 decode kernel at their mean context, prompt chunks from position 0 as padded causal groups.
 """
@@ -29,16 +30,19 @@ def gemm_shapes(m: ModelConfig, fused: bool) -> list[tuple[str, int, int]]:
     return [*shapes, ("down", h, inter), ("lm_head", m.vocab_size, h)]
 
 
-def elementwise_ops(m: ModelConfig) -> list[tuple[str, int, int, int]]:
-    """(op, n, k, calls per layer) of one layer's elementwise kernels."""
+def elementwise_ops(m: ModelConfig, fused_epilogues: bool) -> list[tuple[str, int, int, int]]:
+    """(op, n, k, calls per layer) of one layer's elementwise kernels: with ``mode.fuse_epilogues``
+    the residual adds run inside the GEMMs, and the K/V write and SiLU x up are the one-kernel
+    versions (their own table rows, ``*_fused``)."""
     h, hq, hkv, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim
-    return [
+    fused = "_fused" if fused_epilogues else ""
+    ops = [
         ("rms_norm", h, 0, 2),
         ("rope", (hq + hkv) * d, d, 1),
-        ("kv_write", 2 * hkv * d, d, 1),
-        ("silu_mul", m.intermediate_size, 0, 1),
-        ("add", h, 0, 2),
+        ("kv_write" + fused, 2 * hkv * d, d, 1),
+        ("silu_mul" + fused, m.intermediate_size, 0, 1),
     ]
+    return ops if fused_epilogues else [*ops, ("add", h, 0, 2)]
 
 
 class KernelCosts:
@@ -52,7 +56,10 @@ class KernelCosts:
         shapes = gemm_shapes(m, config.mode.fuse_projections)
         self.layer_gemms = [(n, k) for _, n, k in shapes[:-1]]
         self.lm_head = shapes[-1][1:]
-        self.elementwise = elementwise_ops(m)
+        self.elementwise = [
+            (op if self.table.has(op) else op.removesuffix("_fused"), n, k, c)
+            for op, n, k, c in elementwise_ops(m, config.mode.fuse_epilogues)
+        ]  # a table profiled before the fused kernels existed: their unfused rows, an upper bound
         self.layers, self.hidden, self.vocab = m.num_layers, m.hidden_size, m.vocab_size
         self.attn_shape = (m.num_heads, m.head_dim, m.num_kv_heads)
         # one layer's KV bytes per token of every request's tile, and where the share halves

@@ -33,7 +33,7 @@ from cbsim.costs.clock import settle_forward
 from cbsim.costs.decode_kernel import partition_tokens, table_width, tile_tokens
 from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
-from cbsim.costs.kernel_count import step_kernels
+from cbsim.costs.kernel_count import layer_kernels, step_kernels
 from cbsim.costs.kernels import KernelCosts
 
 INT64, INT32 = 8, 4
@@ -71,7 +71,8 @@ class CostModel:
         self.logits_bytes_per_row = m.vocab_size * 4  # fp32 logits for sampling
         self.kv_bytes_per_token = m.kv_bytes_per_token
         self.attn_flops_coeff = 4.0 * m.num_heads * m.head_dim * layers
-        self.kernels = self.gpu.kernels_per_layer * layers + self.gpu.kernels_extra
+        self.kernels = layer_kernels(self.gpu, config.mode.fuse_epilogues) * layers
+        self.kernels += self.gpu.kernels_extra
         # achieved rates, per microsecond
         g = self.gpu
         self.gemm_flops = hw.peak_flops * g.gemm_flops_eff * 1e-6

@@ -172,6 +172,16 @@ MATRIX["heldout_j"] = {
     "q7b_48x256+512": (shape("qwen2_5_7b", 48, 256, 512), 12),
     "8b_poisson_48": (poisson("llama3_8b", 48, 128, 14.0, 512, 384), 20),
 }
+# shapes never recorded, on the runtime with mode.fuse_epilogues (4 kernels fewer a layer),
+# predicted first with the profile fitted on the unfused runtime and the fused kernels' rows
+MATRIX["fused_k"] = {
+    "8b_24x768+384": (shape("llama3_8b", 24, 768, 384), 12),
+    "1b_192x256+512": (shape("llama3_1b", 192, 256, 512), 12),
+    "3b_12x3072+256": (shape("llama3_3b", 12, 3072, 256, "workload.max_batch_tokens=8192"), 10),
+    "q7b_24x512+512": (shape("qwen2_5_7b", 24, 512, 512), 12),
+    "8b_poisson_32": (poisson("llama3_8b", 32, 96, 10.0, 512, 256), 20),
+    "1b_poisson_64": (poisson("llama3_1b", 64, 192, 40.0, 384, 256), 16),
+}
 # the brief's workload on the final runtime (issue 12's end-to-end figure), predicted first
 MATRIX["seed"] = {"seed_8192": (CASES["seed_8192"], 180)}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)

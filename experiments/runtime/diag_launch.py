@@ -1,7 +1,7 @@
 """Why does an eager prefill block the host inside its launch? Two measurements on one GPU.
 
     PYTHONUNBUFFERED=1 python experiments/runtime/diag_launch.py OUTDIR [--queue] [--prefill]
-        [--kernels]
+        [--kernels] [--set=KEY=VALUE ...]
 
 1. The launch-queue depth: one stream busy in `torch.cuda._sleep`, then a few thousand one-kernel
    ops launched behind it; the host time of each launch shows after how many pending kernels
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import make_config, shared_model  # noqa: E402
+from record import make_config  # noqa: E402
 
 
 def queue_depth(ops: int = 6000, sleep_cycles: int = 4_000_000_000) -> dict:
@@ -75,7 +75,9 @@ def prefill_profile(out_dir: Path) -> dict:
         "workload.max_batch_tokens=8192",
     ]
     config = make_config(over)
-    model = shared_model(config)
+    from cbsim.runtime.runner import runtime_model
+
+    model = runtime_model(config, torch.device("cuda"), None)
     res = execute(config, "sync", model=model)  # warm, and the traced launch/forward
     f = res.trace.span_frame()
     pre = f[(f.query_tokens > 1000)]
@@ -109,6 +111,8 @@ def prefill_profile(out_dir: Path) -> dict:
     }
 
 
+# --set=KEY=VALUE arguments: more overrides for the --kernels run (e.g. mode.fuse_epilogues=false)
+SETS = [a.removeprefix("--set=") for a in sys.argv if a.startswith("--set=")]
 MIXED = [
     "mode=runtime",
     "engine=async",
@@ -131,10 +135,11 @@ def kernels_per_kind(out_dir: Path) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from cbsim.runtime.engine import execute
+    from cbsim.runtime.runner import runtime_model
     from cbsim.trace.kineto import import_kineto
 
-    config = make_config(MIXED)
-    model = shared_model(config)
+    config = make_config(MIXED + SETS)
+    model = runtime_model(config, torch.device("cuda"), None)  # built and fused as the CLI does
     execute(config, "async", model=model)  # warm
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         res = execute(config, "async", model=model)
@@ -184,7 +189,7 @@ def kernels_per_kind(out_dir: Path) -> dict:
     summary = table.groupby(["kind", "groups", "graph"]).kernels.describe()
     print(f"[kernels] per forward by kind:\n{summary.to_string()}", flush=True)
     return {
-        "overrides": MIXED,
+        "overrides": MIXED + SETS,
         "per_step": rows,
         "summary": summary.reset_index().to_dict("records"),
     }

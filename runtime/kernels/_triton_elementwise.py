@@ -63,3 +63,38 @@ def _rope_kernel(
     hi = (x2 * c_hi[None, :]).to(dt).to(tl.float32) + (x1 * s_hi[None, :]).to(dt).to(tl.float32)
     tl.store(dst + offs_d[None, :], lo.to(dt), mask=mask)
     tl.store(dst + HALF + offs_d[None, :], hi.to(dt), mask=mask)
+
+
+@triton.jit
+def _silu_mul_kernel(gu_ptr, out_ptr, stride_g, stride_o, N, BLOCK: tl.constexpr):
+    # transformers' LlamaMLP on the fused gate/up output: silu(gate) * up, each rounded to the
+    # input dtype where torch rounds it (silu's result, then the product)
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = col < N
+    g = tl.load(gu_ptr + row * stride_g + col, mask=mask, other=0.0)
+    u = tl.load(gu_ptr + row * stride_g + N + col, mask=mask, other=0.0)
+    dt = g.dtype
+    gf = g.to(tl.float32)
+    s = (gf / (1.0 + tl.exp(-gf))).to(dt)
+    out = (s.to(tl.float32) * u.to(tl.float32)).to(dt)
+    tl.store(out_ptr + row * stride_o + col, out, mask=mask)
+
+
+@triton.jit
+def _kv_write_kernel(
+    k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr,
+    skt, skh, svt, svh,  # key/value [T, H, D] strides (the head dim is contiguous)
+    H, HB: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    # one token's K and V rows into their slot of the flat [slots, H, D] caches
+    t = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    heads = tl.arange(0, HB)
+    offs_d = tl.arange(0, D)
+    mask = (heads < H)[:, None]
+    dst = slot * H * D + heads[:, None] * D + offs_d[None, :]
+    k = tl.load(k_ptr + t * skt + heads[:, None] * skh + offs_d[None, :], mask=mask)
+    v = tl.load(v_ptr + t * svt + heads[:, None] * svh + offs_d[None, :], mask=mask)
+    tl.store(kc_ptr + dst, k, mask=mask)
+    tl.store(vc_ptr + dst, v, mask=mask)

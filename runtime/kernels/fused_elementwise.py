@@ -31,17 +31,17 @@ from .paged_attention import triton_next_pow2
 
 
 @functools.cache
-def _kernels():
+def triton_kernels():
     from . import _triton_elementwise
 
     return _triton_elementwise
 
 
-def _triton_ok(x: torch.Tensor) -> bool:
+def triton_ok(x: torch.Tensor) -> bool:
     if not (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
         return False
     try:
-        _kernels()
+        triton_kernels()
     except ImportError:
         return False
     return True
@@ -56,7 +56,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out_dtype = torch.promote_types(weight.dtype, x.dtype)
     out = torch.empty(x2.shape, dtype=out_dtype, device=x.device)
     block = triton_next_pow2(n)
-    _kernels()._rmsnorm_kernel[(x2.shape[0],)](
+    triton_kernels()._rmsnorm_kernel[(x2.shape[0],)](
         x2, weight, out, x2.stride(0), out.stride(0), eps, N=n, BLOCK=block,
         num_warps=max(1, min(16, block // 512)), enable_fp_fusion=False,
     )  # fmt: skip
@@ -73,7 +73,7 @@ def apply_rope(q, k, cos, sin):
     hb = 8
     nqb = -(-Hq // hb)
     grid = (B * S, nqb + -(-Hkv // hb))
-    _kernels()._rope_kernel[grid](
+    triton_kernels()._rope_kernel[grid](
         q, k, cos, sin, qo, ko, S, Hq, Hkv,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
@@ -100,11 +100,11 @@ def _rope_supported(q, k, cos, sin, unsqueeze_dim) -> bool:
         return False
     if q.stride(-1) != 1 or k.stride(-1) != 1 or cos.stride(-1) != 1 or sin.stride(-1) != 1:
         return False
-    return q.dtype == k.dtype == cos.dtype == sin.dtype and _triton_ok(q)
+    return q.dtype == k.dtype == cos.dtype == sin.dtype and triton_ok(q)
 
 
 def _rmsnorm_forward(module: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    if _triton_ok(hidden_states) and hidden_states.shape[-1] == module.weight.shape[-1]:
+    if triton_ok(hidden_states) and hidden_states.shape[-1] == module.weight.shape[-1]:
         return rms_norm(hidden_states, module.weight, module.variance_epsilon)
     return type(module).forward(module, hidden_states)
 

@@ -1,0 +1,111 @@
+"""The elementwise rows of a kernel table (runtime/profile_kernels.py): RMSNorm, RoPE, SiLU x up,
+the residual add, argmax and the KV-cache write, each called as the runtime calls it (the Triton
+kernels where mode.fuse_norm_rope and mode.fuse_epilogues put them, torch's otherwise)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from cbsim.config.schema import CbsimConfig
+
+
+def dtype_of(cfg: CbsimConfig) -> torch.dtype:
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
+        cfg.model.dtype
+    ]
+
+
+def _elementwise(cfg: CbsimConfig, dev: torch.device) -> dict[str, Callable]:
+    """Per op: (n, k, make(rows) -> call) as the runtime runs it."""
+    m, dt = cfg.model, dtype_of(cfg)
+    h, hq, hkv, d, inter = (
+        m.hidden_size,
+        m.num_heads,
+        m.num_kv_heads,
+        m.head_dim,
+        m.intermediate_size,
+    )
+    triton = dev.type == "cuda" and cfg.mode.fuse_norm_rope
+    if triton:
+        from .kernels.fused_elementwise import apply_rope, rms_norm
+    w = torch.ones(h, dtype=dt, device=dev)
+
+    def norm(r):
+        x = torch.randn(r, h, dtype=dt, device=dev)
+        if triton:
+            return lambda: rms_norm(x, w, 1e-5)
+        return lambda: (
+            w * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(dt)
+        )
+
+    def rope(r):
+        qkv = torch.randn(1, r, (hq + 2 * hkv) * d, dtype=dt, device=dev)
+        q = qkv[..., : hq * d].view(1, r, hq, d).transpose(1, 2)
+        k = qkv[..., hq * d : (hq + hkv) * d].view(1, r, hkv, d).transpose(1, 2)
+        cos = torch.randn(1, r, d, dtype=dt, device=dev)
+        if triton:
+            return lambda: apply_rope(q, k, cos, cos)
+        half = d // 2
+        rot = lambda t: torch.cat((-t[..., half:], t[..., :half]), -1)  # noqa: E731
+        c = cos[:, None]
+        return lambda: (q * c + rot(q) * c, k * c + rot(k) * c)
+
+    def silu(r):
+        gu = torch.randn(1, r, 2 * inter, dtype=dt, device=dev)
+        return lambda: F.silu(gu[..., :inter]) * gu[..., inter:]
+
+    def add(r):
+        a, b = (torch.randn(1, r, h, dtype=dt, device=dev) for _ in range(2))
+        return lambda: a + b
+
+    def argmax(r):
+        logits = torch.randn(r, m.vocab_size, dtype=dt, device=dev)
+        return lambda: logits.argmax(-1)
+
+    def kv_write(r):
+        kc = torch.zeros(r + 16, hkv, d, dtype=dt, device=dev)
+        vc, key = torch.zeros_like(kc), torch.randn(r, hkv, d, dtype=dt, device=dev)
+        slots = torch.randperm(r, device=dev)
+        return lambda: (kc.index_copy_(0, slots, key), vc.index_copy_(0, slots, key))
+
+    ops = {
+        "rms_norm": (h, 0, norm),
+        "rope": ((hq + hkv) * d, d, rope),
+        "silu_mul": (inter, 0, silu),
+        "add": (h, 0, add),
+        "argmax": (m.vocab_size, 0, argmax),
+        "kv_write": (2 * hkv * d, d, kv_write),
+    }
+    if dev.type == "cuda" and cfg.mode.fuse_epilogues:
+        ops |= _fused_epilogues(h, hkv, d, inter, dt, dev)
+    return ops
+
+
+def _fused_epilogues(h: int, hkv: int, d: int, inter: int, dt, dev) -> dict[str, tuple]:
+    """mode.fuse_epilogues' one-kernel SiLU x up and K/V write (the unfused rows stay, for
+    recordings of the unfused build)."""
+    from .kernels.fused_epilogues import kv_write, silu_mul
+
+    def silu(r):
+        gu = torch.randn(1, r, 2 * inter, dtype=dt, device=dev)
+        return lambda: silu_mul(gu)
+
+    def write(r):
+        kc = torch.zeros(r + 16, hkv, d, dtype=dt, device=dev)
+        vc, key = torch.zeros_like(kc), torch.randn(r, hkv, d, dtype=dt, device=dev)
+        slots = torch.randperm(r, device=dev)
+        return lambda: kv_write(key, key, kc, vc, slots)
+
+    return {"silu_mul_fused": (inter, 0, silu), "kv_write_fused": (2 * hkv * d, d, write)}
+
+
+def profile_elementwise(cfg: CbsimConfig, grid, timer, dt, dev, out: list) -> None:
+    """Every elementwise op at ``grid.elementwise_rows`` (a ProfileGrid; ``timer`` a Timer)."""
+    for op, (n, k, make) in _elementwise(cfg, dev).items():
+        for rows in grid.elementwise_rows:
+            if op == "argmax" and rows > grid.lm_head_rows_max:
+                break
+            out.append((op, n, k, 0, rows, 0, timer([make(rows)] * 4)))
