@@ -277,6 +277,8 @@ def other_data(
         "counters": summary,
         "attention": "triton" if runner.decode_kernel else "torch",
         "cuda_graphs": bool(runner.buckets),
+        # what the build fused (mode.fuse_*; CUDA only): the simulator counts the same kernels
+        "fused": runner.fused,
         "graph_buckets": runner.buckets,
         "io_slots": len(runner.slots),
         "tracing": config.mode.tracing,

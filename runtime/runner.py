@@ -107,7 +107,13 @@ class ModelRunner:
             dtype,
             device,
         )
-        self.cache.fused = device.type == "cuda" and config.mode.fuse_epilogues
+        cuda, mode = device.type == "cuda", config.mode
+        self.fused = {
+            "projections": cuda and mode.fuse_projections and model is None,
+            "norm_rope": cuda and mode.fuse_norm_rope and model is None,
+            "epilogues": cuda and mode.fuse_epilogues and model is None,
+        }  # a model passed in is used as it is
+        self.cache.fused = self.fused["epilogues"]
         self.decode_kernel = load_decode_kernel(config.mode.attention, device)
         self.block_size = w.kv_block_size
         # graph buckets: the configured sizes up to the first that holds a full batch

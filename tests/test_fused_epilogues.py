@@ -11,7 +11,6 @@ import pytest
 import torch
 from test_kernels import tiny_llama
 
-from cbsim.calibration.run_config import config_of
 from cbsim.config.schema import CbsimConfig
 from cbsim.costs import CostModel
 from cbsim.costs.kernels import KernelCosts, elementwise_ops
@@ -39,11 +38,28 @@ def test_fused_layers_give_the_same_logits_in_fp32():
     assert not any("cbsim_residual" in m.__dict__ for m in model.modules())
 
 
-def test_a_recording_without_the_key_ran_unfused():
-    old = Trace([], {"config": {"mode": {"name": "runtime"}}})
-    new = Trace([], {"config": {"mode": {"name": "runtime", "fuse_epilogues": True}}})
-    assert config_of(old).mode.fuse_epilogues is False
-    assert config_of(new).mode.fuse_epilogues is True
+def test_a_recording_says_what_its_build_fused(tmp_path):
+    """A runtime trace's config is its command line: what the build fused comes from the trace
+    (otherData.fused) or, for traces that do not say, from the manifest beside it (default: not
+    fused, as every build before the option ran)."""
+    from cbsim.calibration.recordings import Recorded
+
+    run = {"mode": {"name": "runtime"}, "workload": {"batch_size": 2, "num_requests": 2}}
+    base = {"config": run, "source": "runtime"}
+    cases = {
+        "old": ({}, None, False),
+        "said": ({"fused": {"epilogues": True}}, None, True),
+        "manifest": ({}, "fused_epilogues: true\n", True),
+        "said_over_manifest": ({"fused": {"epilogues": False}}, "fused_epilogues: true\n", False),
+    }
+    for name, (other, manifest, want) in cases.items():
+        d = tmp_path / name
+        d.mkdir()
+        if manifest:
+            (d / "manifest.yaml").write_text(manifest)
+        trace = Trace([], {**base, **other})
+        rec = Recorded(path=d / "trace_sync.json.gz", trace=trace, root=tmp_path)
+        assert rec.config.mode.fuse_epilogues is want, name
     assert CbsimConfig().mode.fuse_epilogues is True  # today's runtime, and what sim predicts
 
 

@@ -49,6 +49,9 @@ class Manifest:
     runtime: str = ""
     workloads: tuple[str, ...] = ()
     quirks: Quirks = field(default_factory=Quirks)
+    # what the runtime build fused, for traces that do not say (otherData.fused): the epilogues
+    # (mode.fuse_epilogues) were fused from e2b11d4 on; earlier builds did not have the option
+    fused_epilogues: bool = False
     notes: str = ""
 
 
@@ -118,7 +121,12 @@ def _read_cached(path: Path, mtime: float) -> dict[str, Any] | None:
     for k in ("session", "stack", "call"):
         if k in raw and not isinstance(raw[k], str):
             raise ConfigError(f"{path}: {k}={raw[k]!r}; allowed: a name (string)")
-    return {k: (str(v) if k not in ("workloads", "quirks") else v) for k, v in raw.items()}
+    if "fused_epilogues" in raw and not isinstance(raw["fused_epilogues"], bool):
+        raise ConfigError(
+            f"{path}: fused_epilogues={raw['fused_epilogues']!r}; allowed: true or false"
+        )
+    kept = ("workloads", "quirks", "fused_epilogues")
+    return {k: (str(v) if k not in kept else v) for k, v in raw.items()}
 
 
 def _read(path: Path) -> dict[str, Any] | None:

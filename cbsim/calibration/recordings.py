@@ -179,7 +179,17 @@ class Recorded:
             eng = dataclasses.replace(eng, graph_batch_sizes=sorted(buckets))
         if isinstance(other.get("cuda_graphs"), bool):
             eng = dataclasses.replace(eng, cuda_graphs=other["cuda_graphs"])
-        return dataclasses.replace(cfg, engine=eng)
+        return dataclasses.replace(cfg, engine=eng, mode=self._fused_mode(cfg.mode))
+
+    def _fused_mode(self, mode):
+        """The build's fusions as the trace records them (otherData.fused), else as its manifest
+        says (a runtime trace's config is its command line, which names what was asked for)."""
+        if self.assumed is not None or self.trace.source != "runtime":
+            return mode
+        fused = self.trace.other_data.get("fused")
+        if isinstance(fused, dict) and isinstance(fused.get("epilogues"), bool):
+            return dataclasses.replace(mode, fuse_epilogues=fused["epilogues"])
+        return dataclasses.replace(mode, fuse_epilogues=self.manifest.fused_epilogues)
 
     @cached_property
     def spans(self) -> pd.DataFrame:

@@ -3,7 +3,6 @@ overrides it recorded; and the batches the shared scheduler gave it, replayed.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,34 +13,13 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.schema import HardwareConfig
 from cbsim.trace import Trace
 
-# Options a runtime gained after runs were recorded: a recorded config without the key ran as
-# the value here says (the schema's default describes today's runtime, not that one's)
-BEFORE_THE_KEY = {"mode": {"fuse_epilogues": False}}
-
-
-def _before_the_key(raw: dict[str, Any], had: Callable[[str, str], bool]) -> dict[str, Any]:
-    raw = dict(raw)
-    for group, keys in BEFORE_THE_KEY.items():
-        section = raw.get(group) or {}
-        if not isinstance(section, dict):  # left for the schema to refuse, with its reason
-            continue
-        section = dict(section)
-        section.update({k: v for k, v in keys.items() if not had(group, k)})
-        raw[group] = section
-    return raw
-
 
 def config_of(trace: Trace, where: str = "trace") -> CbsimConfig:
     """The run config a trace recorded in otherData.config, as typed objects."""
     raw = trace.other_data.get("config")
     overrides = trace.other_data.get("config_overrides")
     if not isinstance(raw, dict) and isinstance(overrides, list):
-        named = {str(o).lstrip("+~").split("=", 1)[0] for o in overrides}
         raw = compose_overrides([str(o) for o in overrides], where)
-        raw = _before_the_key(raw, lambda group, key: f"{group}.{key}" in named)
-    elif isinstance(raw, dict):
-        recorded = raw
-        raw = _before_the_key(raw, lambda group, key: key in (recorded.get(group) or {}))
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{where}: otherData.config is missing; it is needed to re-simulate "
