@@ -10,6 +10,8 @@ One run does, in order (each section guarded by a time budget, results appended 
            D=128) per context: Triton variants vs gathered SDPA vs the fp32 reference
   gemm     the M=32 bf16 projections of one layer, unfused (q, k, v, gate, up) vs fused (qkv,
            gate_up), each over 32 weight copies (as 32 layers would be; none fits in L2)
+  skinny   a Triton GEMM for few rows against cuBLAS on the 8B (M=32) and 1B (M=128) projections
+           (a candidate: the runtime calls cuBLAS); not in the default sections
   model    the 8B Llama (random bf16 weights, transformers' own layers) decode step, CUDA-graph
            replayed: paged KV + Triton kernel vs gathered SDPA, unfused vs fused projections,
            transformers' own `sdpa` over a StaticCache, and a no-attention step (weights only)
@@ -63,7 +65,9 @@ def main(argv=None):
         args.batch = 4
     else:
         bench.contexts = [int(c) for c in args.contexts.split(",")]
-    budgets = dict(check=30.0, kernel=60.0, gemm=20.0)  # seconds; the model section gets the rest
+    budgets = dict(
+        check=30.0, kernel=60.0, gemm=20.0, skinny=150.0
+    )  # seconds; the model section gets the rest
     for name in args.sections.split(","):
         bench.section_end = bench.elapsed() + budgets.get(name, math.inf)
         try:

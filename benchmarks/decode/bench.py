@@ -11,6 +11,7 @@ from benchmarks.decode.hf_static import HFStatic
 from benchmarks.decode.kernel import KernelSection
 from benchmarks.decode.model import ModelSection
 from benchmarks.decode.model_checks import ModelChecks
+from benchmarks.decode.skinny import SkinnySection
 
 
 class Bench(
@@ -18,9 +19,10 @@ class Bench(
     CheckSection,
     KernelSection,
     GemmSection,
+    SkinnySection,
     ModelSection,
     ModelChecks,
     HFStatic,
     BenchBase,
 ):
-    """One benchmark run: sections env, check, kernel, gemm, model (and table)."""
+    """One benchmark run: sections env, check, kernel, gemm, skinny, model (and table)."""

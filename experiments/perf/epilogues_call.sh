@@ -6,7 +6,9 @@
 #   kernels  kernels per forward by step kind (Kineto), fused and unfused
 #   tables   the elementwise rows of the kernel tables of three model shapes (needs plotly's
 #            wheel: the CLI's preflight imports the report)
-#   bench    benchmarks/bench_decode.py, async, fused then unfused, ROUNDS times (default 1)
+#   bench    benchmarks/bench_decode.py, async, in the order ORDER (default: fused unfused),
+#            ROUNDS times (default 1)
+#   skinny   benchmarks/bench_kernels.py's skinny section: a Triton GEMM for few rows vs cuBLAS
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -43,13 +45,16 @@ for step in "$@"; do
   bench)
     CASES=${CASES:-llama3_8b:32:256:1024,llama3_8b:4:256:512,llama3_1b:128:256:512}
     for round in $(seq 1 "${ROUNDS:-1}"); do
-      for fused in true false; do
+      for fused in ${ORDER:-true false}; do
         timeout 150 python3 benchmarks/bench_decode.py --cases "$CASES" --engines async \
           --anchor none --set mode.fuse_epilogues=$fused --out "$OUT/bench_${fused}_$round.json" \
           > "$OUT/bench_${fused}_$round.log" 2>&1
         tail -4 "$OUT/bench_${fused}_$round.log"
       done
     done ;;
+  skinny)
+    timeout 140 python3 benchmarks/bench_kernels.py --sections env,skinny --deadline 120 \
+      --out "$OUT/skinny" 2>&1 | grep "skinny" ;;
   *) echo "unknown step $step" ;;
   esac
 done
