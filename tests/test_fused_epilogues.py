@@ -97,6 +97,16 @@ def test_the_kernel_count_follows_the_build():
     layers = cfg.model.num_layers
     assert unfused.step_kernels(decode, True) - fused.step_kernels(decode, True) == 4 * layers
     assert unfused.step_kernels(prompt, False) - fused.step_kernels(prompt, False) == 4 * layers
+    # counts taken on the fused build give the unfused one 4 more; another engine's stay as they are
+    gpu = cfg.hardware.gpu
+    for counted, fused_n, unfused_n in (("fused", 10, 14), ("engine", 14, 14)):
+        cfg.hardware.gpu = dataclasses.replace(
+            gpu, kernels_per_layer=10 if counted == "fused" else 14, kernel_counts_of=counted
+        )
+        for on, want in ((True, fused_n), (False, unfused_n)):
+            m = dataclasses.replace(cfg.mode, fuse_epilogues=on)
+            cm = CostModel(dataclasses.replace(cfg, mode=m))
+            assert cm.kernels == want * layers + gpu.kernels_extra, (counted, on)
 
 
 @pytest.mark.gpu

@@ -63,7 +63,8 @@ def test_cuda_graphs_off_launches_every_kernel():
     m_on, m_off = check_trace(on, on_cfg), check_trace(off, off_cfg)
     c_on, c_off = on.other_data["sim_counters"], off.other_data["sim_counters"]
     assert c_on["graph_steps"] == m_on["steps"] - 1  # the prefill runs eagerly
-    assert c_off["graph_steps"] == 0 and c_off["kernels_launched"] > 200 * m_off["steps"]
+    # the 1B shape's 16 layers at 10 kernels each (fused epilogues) and the per-forward ones
+    assert c_off["graph_steps"] == 0 and c_off["kernels_launched"] > 160 * m_off["steps"]
     assert m_off["host_ms_per_step"]["launch"] > 5 * m_on["host_ms_per_step"]["launch"]
     assert not spans(off, S.COMPUTE, S.GRAPH_REPLAY).shape[0]
     assert spans(off, S.COMPUTE, S.CARRY_OVER).shape[0] == m_off["steps"] - 1
@@ -133,6 +134,7 @@ def test_a_full_launch_queue_holds_the_host_inside_the_launch():
     runtime showed (h200_run7/long_prompt async: launch ~ the forward). Unbounded: launches are
     the host's own time. The GPU's timeline is the same either way."""
     cfg = make("llama3_8b", batch_size=4, prompt_len=4096, gen_len=4, max_batch_tokens=4096)
+    cfg.mode.fuse_epilogues = False  # the build h200_run7 recorded, whose counts these are
     gpu = dict(
         kernels_per_layer=14,
         kernels_extra=21,

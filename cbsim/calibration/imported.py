@@ -16,7 +16,6 @@ from cbsim.calibration.fit import Fit
 from cbsim.calibration.recordings import Recorded, forward_steps
 from cbsim.calibration.result import Calibration, Row, set_quantile
 from cbsim.config import CbsimConfig, ConfigError
-from cbsim.costs.kernel_count import FUSED_LAYER_KERNELS_SAVED
 from cbsim.trace import schema as S
 
 log = logging.getLogger("cbsim")
@@ -65,13 +64,9 @@ def fit_import_kernels(recs: list[Recorded], cal: Calibration) -> None:
     decode = fwd[fwd.kind == "decode"].kernels
     prefill = fwd[fwd.kind == "prefill"].kernels
     counts: dict[str, float] = {}
-    # a profile's counts are those of a build without mode.fuse_epilogues (kernel_count.py): an
-    # import simulated with the option on gets back what it counted
-    fused = recs[0].config.mode.fuse_epilogues
     if len(decode):
         n = int(decode.median())
-        per_layer = n // layers + (FUSED_LAYER_KERNELS_SAVED if fused else 0)
-        counts |= {"kernels_per_layer": per_layer, "kernels_extra": n % layers}
+        counts |= {"kernels_per_layer": n // layers, "kernels_extra": n % layers}
         counts["decode_kernels_per_layer"] = 0
         if len(prefill):
             more = max(int(prefill.median()) - n, 0)
@@ -79,7 +74,9 @@ def fit_import_kernels(recs: list[Recorded], cal: Calibration) -> None:
             counts["prefill_kernels_extra"] = more % layers
     if counts:
         prior = {k: float(getattr(g, k)) for k in counts}
-        cal.hardware.gpu = g = dataclasses.replace(g, **{k: int(v) for k, v in counts.items()})
+        # another engine's counts: used as they are, whatever mode.fuse_epilogues says
+        ints = {k: int(v) for k, v in counts.items()}
+        cal.hardware.gpu = g = dataclasses.replace(g, **ints, kernel_counts_of="engine")
         fit = Fit(counts, dict.fromkeys(counts, True), np.zeros(len(fwd)))
         cal.rows.append(Row("kernels per step (import)", len(fwd), fit, prior))
     busy = fwd.kernel_busy_us.notna() & (fwd.kernel_busy_us >= 0.5 * fwd.dur)

@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cbsim.config.errors import ConfigError, check_positive, check_range
+from cbsim.config.errors import ConfigError, check_choice, check_positive, check_range
 from cbsim.config.gpu_clock import GpuClock as GpuClock
 from cbsim.config.host_regimes import HostRegimes as HostRegimes
 from cbsim.config.model_error import ModelError as ModelError
 from cbsim.config.phase_cost import PhaseCost as PhaseCost
+
+KERNEL_COUNTS_OF = ("unfused", "fused", "engine")
 
 REPO = Path(__file__).resolve().parents[2]
 # HostCosts' own times (microseconds) beside its phases: what a host-speed factor scales
@@ -197,9 +199,13 @@ class GpuCosts:
     # GPU idle between two forwards queued back to back on the compute stream (the events
     # recorded around each forward, the next graph's or kernel's start on the device), us
     forward_gap_us: float = 0.0
-    # kernels per transformer layer (eager launches / graph nodes), as counted without
-    # mode.fuse_epilogues (cbsim/costs/kernel_count.py subtracts what that option fuses)
+    # kernels per transformer layer (eager launches / graph nodes)
     kernels_per_layer: int = 14
+    # which build the kernel counts were taken on: "unfused" (cbsim's runtime without
+    # mode.fuse_epilogues, every H200 profile's counts so far), "fused" (with it), "engine"
+    # (another engine's, used as they are whatever mode.fuse_epilogues says);
+    # cbsim/costs/kernel_count.py adds or takes off what the option fuses
+    kernel_counts_of: str = "unfused"
     # kernels outside the layers (embedding, final norm, LM head, sampling)
     kernels_extra: int = 6
     # Kernels by the attention groups a step holds, on top of kernels_per_layer (0: one count
@@ -286,6 +292,7 @@ class GpuCosts:
         )
         check_positive("hardware.gpu.attention_kv_pad", self.attention_kv_pad)
         check_positive("hardware.gpu.kernels_per_layer", self.kernels_per_layer)
+        check_choice("hardware.gpu.kernel_counts_of", self.kernel_counts_of, KERNEL_COUNTS_OF)
         for key in (
             "kernels_extra",
             "decode_kernels_per_layer",

@@ -13,17 +13,22 @@ the recorded steps grow with the layers by about a gap per kernel beyond the tab
 
 from __future__ import annotations
 
-# The counts above were taken without mode.fuse_epilogues. What it removes is read off the
-# runtime's code (runtime/kernels/fused_epilogues.py) and counted by Kineto on the H200
-# (experiments/perf/epilogues): per layer, the two residual adds (the o_proj and down GEMMs add
-# into the residual), one of SiLU and the multiply, one of the K and V cache writes
+# What mode.fuse_epilogues removes, read off the runtime's code (runtime/kernels/fused_epilogues.py)
+# and counted by Kineto on the H200 (experiments/perf/epilogues: 565 -> 437 nodes an 8B decode
+# graph): per layer, the two residual adds (the o_proj and down GEMMs add into the residual), one
+# of SiLU and the multiply, one of the K and V cache writes
 FUSED_LAYER_KERNELS_SAVED = 4
 
 
 def layer_kernels(gpu, fused_epilogues: bool) -> int:
-    """The layers' own kernels per layer, as the build runs them (at least the one GEMM a layer
-    of a profile counted for another build keeps)."""
-    return max(1, gpu.kernels_per_layer - (FUSED_LAYER_KERNELS_SAVED if fused_epilogues else 0))
+    """The layers' own kernels per layer for the simulated build: the profile's count, moved by
+    what the fusion removes where it was counted on the other build (hardware.gpu.kernel_counts_of;
+    another engine's counts are used as they are), and at least one."""
+    if gpu.kernel_counts_of == "engine":
+        return gpu.kernels_per_layer
+    counted_fused = gpu.kernel_counts_of == "fused"
+    delta = FUSED_LAYER_KERNELS_SAVED * (int(counted_fused) - int(fused_epilogues))
+    return max(1, gpu.kernels_per_layer + delta)
 
 
 def step_kernels(gpu, base: int, layers: int, batch, decode: bool) -> int:
