@@ -54,7 +54,7 @@ def _elementwise(cfg: CbsimConfig, dev: torch.device) -> dict[str, Callable]:
         return lambda: (q * c + rot(q) * c, k * c + rot(k) * c)
 
     def silu(r):
-        gu = torch.randn(1, r, 2 * inter, dtype=dt, device=dev)
+        gu = _gate_up(r, inter, dt, dev)
         return lambda: F.silu(gu[..., :inter]) * gu[..., inter:]
 
     def add(r):
@@ -66,9 +66,7 @@ def _elementwise(cfg: CbsimConfig, dev: torch.device) -> dict[str, Callable]:
         return lambda: logits.argmax(-1)
 
     def kv_write(r):
-        kc = torch.zeros(r + 16, hkv, d, dtype=dt, device=dev)
-        vc, key = torch.zeros_like(kc), torch.randn(r, hkv, d, dtype=dt, device=dev)
-        slots = torch.randperm(r, device=dev)
+        kc, vc, key, slots = _kv_operands(r, hkv, d, dt, dev)
         return lambda: (kc.index_copy_(0, slots, key), vc.index_copy_(0, slots, key))
 
     ops = {
@@ -90,16 +88,26 @@ def _fused_epilogues(h: int, hkv: int, d: int, inter: int, dt, dev) -> dict[str,
     from .kernels.fused_epilogues import kv_write, silu_mul
 
     def silu(r):
-        gu = torch.randn(1, r, 2 * inter, dtype=dt, device=dev)
+        gu = _gate_up(r, inter, dt, dev)
         return lambda: silu_mul(gu)
 
     def write(r):
-        kc = torch.zeros(r + 16, hkv, d, dtype=dt, device=dev)
-        vc, key = torch.zeros_like(kc), torch.randn(r, hkv, d, dtype=dt, device=dev)
-        slots = torch.randperm(r, device=dev)
+        kc, vc, key, slots = _kv_operands(r, hkv, d, dt, dev)
         return lambda: kv_write(key, key, kc, vc, slots)
 
     return {"silu_mul_fused": (inter, 0, silu), "kv_write_fused": (2 * hkv * d, d, write)}
+
+
+def _gate_up(r: int, inter: int, dt, dev) -> torch.Tensor:
+    """A fused gate/up GEMM's output for ``r`` tokens."""
+    return torch.randn(1, r, 2 * inter, dtype=dt, device=dev)
+
+
+def _kv_operands(r: int, hkv: int, d: int, dt, dev) -> tuple[torch.Tensor, ...]:
+    """K and V caches with room for ``r`` tokens, one token's K (also used as V), their slots."""
+    kc = torch.zeros(r + 16, hkv, d, dtype=dt, device=dev)
+    key = torch.randn(r, hkv, d, dtype=dt, device=dev)
+    return kc, torch.zeros_like(kc), key, torch.randperm(r, device=dev)
 
 
 def profile_elementwise(cfg: CbsimConfig, grid, timer, dt, dev, out: list) -> None:

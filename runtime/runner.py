@@ -107,12 +107,13 @@ class ModelRunner:
             dtype,
             device,
         )
-        cuda, mode = device.type == "cuda", config.mode
+        built = device.type == "cuda" and model is None  # a model passed in is used as it is
+        mode = config.mode
         self.fused = {
-            "projections": cuda and mode.fuse_projections and model is None,
-            "norm_rope": cuda and mode.fuse_norm_rope and model is None,
-            "epilogues": cuda and mode.fuse_epilogues and model is None,
-        }  # a model passed in is used as it is
+            "projections": built and mode.fuse_projections,
+            "norm_rope": built and mode.fuse_norm_rope,
+            "epilogues": built and mode.fuse_epilogues,
+        }
         self.cache.fused = self.fused["epilogues"]
         self.decode_kernel = load_decode_kernel(config.mode.attention, device)
         self.block_size = w.kv_block_size

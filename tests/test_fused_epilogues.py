@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 import torch
+from cost_shapes import Shape
 from test_kernels import tiny_llama
 
 from cbsim.config.schema import CbsimConfig
@@ -90,8 +91,6 @@ def test_the_kernel_count_follows_the_build():
         dataclasses.replace(cfg, mode=dataclasses.replace(cfg.mode, fuse_epilogues=False))
     )
     fused = CostModel(cfg)
-    from cost_shapes import Shape
-
     decode = Shape([1] * 8, [100] * 8)
     prompt = Shape([64], [64], "prefill")
     layers = cfg.model.num_layers

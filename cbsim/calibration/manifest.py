@@ -49,8 +49,8 @@ class Manifest:
     runtime: str = ""
     workloads: tuple[str, ...] = ()
     quirks: Quirks = field(default_factory=Quirks)
-    # what the runtime build fused, for traces that do not say (otherData.fused): the epilogues
-    # (mode.fuse_epilogues) were fused from e2b11d4 on; earlier builds did not have the option
+    # whether the runtime build fused the epilogues (mode.fuse_epilogues), for traces that do not
+    # say it themselves (otherData.fused); a build without the option did not
     fused_epilogues: bool = False
     notes: str = ""
 

@@ -202,7 +202,7 @@ class GpuCosts:
     # kernels per transformer layer (eager launches / graph nodes)
     kernels_per_layer: int = 14
     # which build the kernel counts were taken on: "unfused" (cbsim's runtime without
-    # mode.fuse_epilogues, every H200 profile's counts so far), "fused" (with it), "engine"
+    # mode.fuse_epilogues, the shipped H200 profiles' counts), "fused" (with it), "engine"
     # (another engine's, used as they are whatever mode.fuse_epilogues says);
     # cbsim/costs/kernel_count.py adds or takes off what the option fuses
     kernel_counts_of: str = "unfused"

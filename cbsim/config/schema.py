@@ -57,8 +57,8 @@ class ModeConfig:
     fuse_norm_rope: bool = True
     # runtime on CUDA only, and the simulator's kernel count and table rows: the residual adds
     # inside the o_proj and down GEMMs, SiLU x up and the K/V cache write one Triton kernel each
-    # (4 kernels fewer per layer; experiments/perf-notes.md). A recording whose config lacks the
-    # key ran without it
+    # (4 kernels fewer per layer; experiments/perf-notes.md). A recording says whether its build
+    # did: otherData.fused, else its manifest's fused_epilogues
     fuse_epilogues: bool = True
     # sim only: P5 / median / P95 of total time, GPU idle and async speedup (cbsim.bands; 2 x
     # hardware.host.spread.draws more simulations): auto = for a single run whose profile has a
