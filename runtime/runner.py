@@ -3,7 +3,10 @@
 One step's device work is `step_body`: the in-graph token carry-over, the forward over packed
 varlen input ([1, T] ids and positions, logits only at sampled positions) and greedy sampling into
 the slot's output buffer. Decode-only batches up to the largest graph bucket replay a graph
-captured per (slot, bucket); all graphs share one memory pool, so two slots cost about one.
+captured per (slot, bucket, table width); all graphs share one memory pool, so two slots cost
+about one. The widths are the decode kernel's launch classes (cbsim.costs.decode_kernel): a step
+replays the narrowest table that holds its longest request, so attention runs as it would over a
+table as wide as that request, not the run's longest.
 Everything else runs the same body eagerly. The runner issues work on the current stream; the
 engines choose the streams and the events between them.
 """
@@ -18,6 +21,7 @@ import numpy as np
 import torch
 
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.decode_kernel import class_width, launch_classes
 
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .io_slots import (
@@ -47,6 +51,7 @@ class StepPlan:
     layout: Layout
     bucket: int | None
     num_entries: int
+    width: int | None = None  # the graph's block-table width (blocks), for a graph step
     # the forward span's args once launched: new_tokens is settled in update (EOS drops some)
     forward_args: dict | None = None
 
@@ -130,7 +135,13 @@ class ModelRunner:
         self.carry_len = self.max_outputs if carry_over else 0
         cap = slot_capacity(max(w.max_batch_tokens, biggest), self.max_outputs, self.graph_width)
         self.slots = [IOSlot(i, cap, self.max_outputs, device) for i in range(num_slots)]
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.graph_widths = {
+            b: self._launch_classes(config, b)
+            if config.engine.graph_width_classes
+            else [self.graph_width]
+            for b in self.buckets
+        }
+        self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
         self.graph_layouts = {
             b: empty_decode_layout(b, self.graph_width, self.carry_len) for b in self.buckets
         }
@@ -143,6 +154,18 @@ class ModelRunner:
             "graph_pool_bytes_single_slot": 0,
         }
         self._no_logits = torch.empty(0, dtype=torch.int64, device=device)
+
+    def _launch_classes(self, config: CbsimConfig, rows: int) -> list[int]:
+        """The table widths to capture a graph of ``rows`` requests at: one per launch class of
+        the Triton decode kernel; the one width when another kernel runs the decode rows."""
+        if self.decode_kernel is None:
+            return [self.graph_width]
+        from .kernels.paged_attention import pick_partition, pick_tile
+
+        kv_heads = self.shape["num_kv_heads"]
+        return launch_classes(
+            pick_tile, pick_partition, rows, kv_heads, self.graph_width, self.block_size
+        )
 
     # ------------------------------------------------------------------ host side
 
@@ -164,7 +187,8 @@ class ModelRunner:
                 carry,
                 slot.written,
             )
-            return StepPlan(batch, slot, layout, bucket, layout.total)
+            width = class_width(self.graph_widths[bucket], int(batch.num_blocks.max()))
+            return StepPlan(batch, slot, layout, bucket, layout.total, width)
         flat, layout = pack(batch, self.cache.scratch_block, carry, self.carry_len)
         slot.write(flat)
         return StepPlan(batch, slot, layout, bucket, flat.size)
@@ -187,17 +211,21 @@ class ModelRunner:
     def compute(self, plan: StepPlan) -> None:
         """Replay the slot's graph for the bucket, or run the step eagerly."""
         if plan.bucket is not None:
-            graph = self.graphs.get((plan.slot.index, plan.bucket))
+            graph = self.graphs.get((plan.slot.index, plan.bucket, plan.width))
             if graph is not None:
                 graph.replay()
             else:
-                self.step_body(plan.slot, self.graph_layouts[plan.bucket])
+                self.step_body(plan.slot, self.graph_layouts[plan.bucket], plan.width)
         else:
             self.step_body(plan.slot, plan.layout)
 
     @torch.inference_mode()
-    def step_body(self, slot: IOSlot, layout: Layout) -> None:
+    def step_body(self, slot: IOSlot, layout: Layout, width: int | None = None) -> None:
+        """``width``: the decode rows' block-table columns the attention kernel sees (a graph
+        step's launch class; the layout holds the run's widest table)."""
         v = layout.views(slot.dev_in)
+        if width is not None:
+            v["dec_bt"] = v["dec_bt"][:, :width]
         ids = v["input_ids"]
         carry = v["carry"]
         if carry is not None:
@@ -227,27 +255,27 @@ class ModelRunner:
             slot.dev_out[: logits.shape[0]].copy_(logits.argmax(-1))
 
     def capture_graphs(self, stream: torch.cuda.Stream) -> None:
-        """Warm each bucket up eagerly, then capture every (slot, bucket) into one shared pool,
-        largest bucket first; records the pool's bytes after the first slot and after all."""
+        """Warm each (bucket, width) up eagerly, then capture every (slot, bucket, width) into one
+        shared pool, largest first; records the pool's bytes after the first slot and after all."""
         if not self.buckets:
             return
-        order = sorted(self.buckets, reverse=True)
+        order = [(b, w) for b in sorted(self.buckets, reverse=True) for w in self.graph_widths[b]]
         with torch.cuda.stream(stream):
-            for b in order:  # warm-up: Triton compiles, cuBLAS picks its kernels
+            for b, w in order:  # warm-up: Triton compiles, cuBLAS picks its kernels
                 for slot in self.slots:
                     self._load_dummy(slot, b)
-                    self.step_body(slot, self.graph_layouts[b])
+                    self.step_body(slot, self.graph_layouts[b], w)
         torch.cuda.synchronize()
         self.pool = torch.cuda.graph_pool_handle()
         torch.cuda.empty_cache()  # the baseline: no cached, unused blocks outside the pool
         base = torch.cuda.memory_reserved(self.device)
         for slot in self.slots:
-            for b in order:
+            for b, w in order:
                 self._load_dummy(slot, b)
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=self.pool, stream=stream):
-                    self.step_body(slot, self.graph_layouts[b])
-                self.graphs[(slot.index, b)] = g
+                    self.step_body(slot, self.graph_layouts[b], w)
+                self.graphs[(slot.index, b, w)] = g
             torch.cuda.synchronize()
             used, how = self._pool_bytes(base)
             if slot.index == 0:

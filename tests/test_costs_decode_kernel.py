@@ -57,13 +57,14 @@ def test_the_forward_fit_keeps_the_share_a_share():
     assert upper[walk] > 1.0
 
 
-def test_a_graph_tiles_by_the_longest_request_an_eager_step_by_its_own():
+def test_a_graph_tiles_by_its_table_an_eager_step_by_its_own():
     cfg = config()
-    cfg.workload = type(cfg.workload)(prompt_len=128, gen_len=256)  # graphs: a 384-token table
-    cm = CostModel(cfg)
-    step = Shape([1, 1], [300, 3000], kind="mixed")
-    assert cm.decode_tile(step, graph=True) == 128
-    assert cm.decode_tile(step, graph=False) == 64  # its own 3008-token table
+    cfg.workload = type(cfg.workload)(prompt_len=128, gen_len=4096)  # a 4224-token table
+    step = Shape([1, 1], [300, 1000], kind="mixed")
+    assert CostModel(cfg).decode_tile(step, padded=2) == 128  # its launch class: 1024 tokens
+    assert CostModel(cfg).decode_tile(step, padded=None) == 128  # its own 1008-token table
+    cfg.engine.graph_width_classes = False  # every graph as wide as the longest request
+    assert CostModel(cfg).decode_tile(step, padded=2) == 64
 
 
 def test_the_share_falls_with_the_tiles_kv_bytes_over_the_batch():

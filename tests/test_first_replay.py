@@ -20,12 +20,13 @@ def _graph_launches(trace) -> np.ndarray:
     return launch.loc[graphs.step].to_numpy()
 
 
-def _extra_launch_us(engine: str, **workload):
+def _extra_launch_us(engine: str, graph_width_classes: bool = True, **workload):
     """Each graph step's launch with a first-launch cost of 2 us per node minus without it, and
     the config (the 1B shape)."""
     launches = []
+    eng = {"name": engine, "graph_width_classes": graph_width_classes}
     for us in (0.0, 2.0):
-        cfg = make("llama3_1b", engine={"name": engine}, **workload)
+        cfg = make("llama3_1b", engine=eng, **workload)
         host = dataclasses.replace(cfg.hardware.host, graph_first_replay_us_per_kernel=us)
         cfg.hardware = dataclasses.replace(cfg.hardware, host=host)
         launches.append(_graph_launches(run(cfg, engine)))
@@ -51,3 +52,18 @@ def test_a_smaller_bucket_later_in_the_run_pays_its_own_first_launch():
     )
     paid = extra > 1.0
     assert 2 <= paid.sum() <= len(cfg.engine.graph_batch_sizes)
+
+
+def test_a_graph_per_table_width_pays_a_first_launch_where_the_context_crosses_a_class():
+    """engine.graph_width_classes: the longest request crosses 1024 tokens (the decode kernel's
+    first launch class at 4 requests), so each slot launches a second graph there; with one
+    width per bucket it does not."""
+    paid = {}
+    for on in (True, False):
+        extra, cfg = _extra_launch_us(
+            "sync", batch_size=4, prompt_len=1000, gen_len=48, graph_width_classes=on
+        )
+        paid[on] = np.flatnonzero(extra > 1.0)
+    assert paid[False].tolist() == [0]
+    # step s decodes context 1001 + s: the one at 1025 tokens replays the wider graph first
+    assert paid[True].tolist() == [0, 24]

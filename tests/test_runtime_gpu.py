@@ -86,3 +86,28 @@ def test_async_overlaps_host_and_gpu_and_shares_the_graph_pool(config_factory):
     print(f"graph pool: one slot {one} B, two slots {both} B, graphs {mem['graphs']}")
     assert one > 0
     assert both <= 1.25 * one
+
+
+def test_graphs_per_table_width_replay_the_tokens_of_one_width(config_factory):
+    """A graph per launch class of the decode kernel (engine.graph_width_classes): the contexts
+    cross 1024 tokens, so the 4-request steps replay two widths; the tokens are those of graphs
+    that all hold the longest request's table."""
+    over = GPU + [
+        "mode.attention=auto",
+        "engine=async",
+        "engine.graph_batch_sizes=[1,2,4]",
+        "workload.batch_size=4",
+        "workload.prompt_len=1000",
+        "workload.gen_len=64",
+    ]
+    runs = {
+        on: execute(config_factory(over + [f"engine.graph_width_classes={on}"]), "async")
+        for on in ("true", "false")
+    }
+    classes, one = (runs[on].trace.other_data for on in ("true", "false"))
+    assert classes["graph_width_classes"] is True and one["graph_width_classes"] is False
+    assert classes["graph_widths"]["4"] == [64, 67]  # 1024 tokens, and 1064 in 16-token blocks
+    assert one["graph_widths"]["4"] == [67]
+    assert classes["memory"]["graphs"] == 2 * one["memory"]["graphs"]
+    assert runs["true"].summary["graph_steps"] == runs["false"].summary["graph_steps"] > 0
+    assert_same_tokens(runs["true"], runs["false"].outputs)

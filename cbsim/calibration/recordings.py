@@ -179,6 +179,11 @@ class Recorded:
             eng = dataclasses.replace(eng, graph_batch_sizes=sorted(buckets))
         if isinstance(other.get("cuda_graphs"), bool):
             eng = dataclasses.replace(eng, cuda_graphs=other["cuda_graphs"])
+        if self.assumed is None and self.trace.source == "runtime":
+            # a graph per decode-kernel launch class, as the build says; builds before it had
+            # one table width (the run's longest request's)
+            classes = other.get("graph_width_classes")
+            eng = dataclasses.replace(eng, graph_width_classes=classes is True)
         return dataclasses.replace(cfg, engine=eng, mode=self._fused_mode(cfg.mode))
 
     def _fused_mode(self, mode):

@@ -171,6 +171,12 @@ class EngineConfig:
     graph_batch_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256]
     )
+    # a graph per launch class of the decode kernel as well (cbsim.costs.decode_kernel): a
+    # decode step replays the narrowest block table that holds its longest request, so the
+    # kernel runs as over a table that wide (8448-token tables cost 5-23 us a layer more at
+    # 256-4096 tokens of context, experiments/kernels/table_width.md); false: every graph's
+    # table is as wide as the run's longest request
+    graph_width_classes: bool = True
 
     def __post_init__(self) -> None:
         check_choice("engine.name", self.name, ENGINES)

@@ -4,6 +4,9 @@ runtime/kernels/paged_attention.py chooses them (pick_tile, pick_partition)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Callable
+
 
 def table_width(longest: int, block_size: int) -> int:
     """KV tokens of a block table holding ``longest`` tokens (whole blocks)."""
@@ -21,3 +24,37 @@ def partition_tokens(gpu, width: int, rows: int, kv_heads: int) -> int:
     splits = max(1, -(-gpu.attention_target_programs // max(1, rows * kv_heads)))
     part = 1 << max(0, -(-width // splits) - 1).bit_length()
     return max(part, gpu.attention_min_partition, tile_tokens(width))
+
+
+def launch_classes(
+    tile: Callable[[int], int],
+    partition: Callable[[int, int, int, int], int],
+    rows: int,
+    kv_heads: int,
+    max_blocks: int,
+    block_size: int,
+) -> list[int]:
+    """The block-table widths (in blocks) a graph of ``rows`` requests is captured at when each
+    decode-kernel launch gets its own: the widest table of each run of widths with the same tile,
+    partition and single-or-split launch. A step replays the narrowest that holds its longest
+    request, so its kernel runs as it would with a table as wide as that request (as the kernel
+    tables time it). ``tile(width)`` and ``partition(rows, kv_heads, width, tile)`` are the
+    kernel's choices, from a width in tokens."""
+    tops: list[int] = []
+    prev = None
+    for blocks in range(1, max(1, max_blocks) + 1):
+        width = blocks * block_size
+        t = tile(width)
+        p = partition(rows, kv_heads, width, t)
+        key = (t, p, width <= p)
+        if prev is not None and key != prev:
+            tops.append(blocks - 1)
+        prev = key
+    tops.append(max(1, max_blocks))
+    return tops
+
+
+def class_width(tops: list[int], blocks: int) -> int:
+    """The narrowest captured width (blocks) that holds ``blocks`` (the widest when none does)."""
+    i = bisect_left(tops, blocks)
+    return tops[min(i, len(tops) - 1)]

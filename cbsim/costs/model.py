@@ -30,7 +30,13 @@ import numpy as np
 
 from cbsim.config.schema import CbsimConfig
 from cbsim.costs.clock import settle_forward
-from cbsim.costs.decode_kernel import partition_tokens, table_width, tile_tokens
+from cbsim.costs.decode_kernel import (
+    class_width,
+    launch_classes,
+    partition_tokens,
+    table_width,
+    tile_tokens,
+)
 from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
@@ -91,8 +97,10 @@ class CostModel:
         # what one program of the continuation kernel walks per table token, all layers
         self.walk_elements_per_token = layers * m.head_dim
         self._max_context = max_context
-        self._partitions: dict[int, int] = {}
-        self._graph_tile: int | None = None
+        self._partitions: dict[tuple[int, int], int] = {}
+        # a graph per decode-kernel launch class (engine.graph_width_classes; the Triton kernel)
+        self.width_classes = config.engine.graph_width_classes and config.mode.attention != "torch"
+        self._graph_widths: dict[int, list[int]] = {}
         # step-to-step host speed, only in a band's draws (host_jitter.py)
         sp = hw.host.spread
         self.jitter = HostJitter(sp.within_run, sp.seed) if sp.jitter and sp.within_run else None
@@ -114,21 +122,42 @@ class CostModel:
                 self._max_context = max(r.prompt_len + r.max_new_tokens for r in reqs)
         return self._max_context
 
-    def partition(self, rows: int) -> int:
-        """The decode kernel's split-K partition for ``rows`` (over the longest request's table)."""
-        got = self._partitions.get(rows)
+    def partition(self, rows: int, width: int | None = None) -> int:
+        """The decode kernel's split-K partition for ``rows`` over a table ``width`` tokens wide
+        (None: the longest request's)."""
+        width = table_width(self.max_context, self.block_size) if width is None else width
+        got = self._partitions.get((rows, width))
         if got is None:
-            width = table_width(self.max_context, self.block_size)
-            got = self._partitions[rows] = partition_tokens(self.gpu, width, rows, self.kv_heads)
+            got = partition_tokens(self.gpu, width, rows, self.kv_heads)
+            self._partitions[(rows, width)] = got
         return got
 
-    def decode_tile(self, batch, graph: bool) -> int:
-        """The decode kernel's KV tile: a graph's table is the longest request's, an eager step's
-        its own longest."""
-        if graph and self._graph_tile is None:
-            self._graph_tile = tile_tokens(table_width(self.max_context, self.block_size))
-        longest = 0 if graph else int(batch.context_lens.max())
-        return self._graph_tile if graph else tile_tokens(table_width(longest, self.block_size))
+    def graph_table(self, rows: int, longest: int) -> int:
+        """Tokens of the block table a graph of ``rows`` requests replays with for a step whose
+        longest request has ``longest``: its launch class (runtime/runner.py), else the run's
+        longest request's."""
+        widest = table_width(self.max_context, self.block_size)
+        if not self.width_classes:
+            return widest
+        tops = self._graph_widths.get(rows)
+        if tops is None:
+            tops = self._graph_widths[rows] = launch_classes(
+                tile_tokens,
+                lambda r, kvh, w, _t: partition_tokens(self.gpu, w, r, kvh),
+                rows,
+                self.kv_heads,
+                widest // self.block_size,
+                self.block_size,
+            )
+        return class_width(tops, -(-int(longest) // self.block_size)) * self.block_size
+
+    def decode_tile(self, batch, padded: int | None) -> int:
+        """The decode kernel's KV tile: a graph step's (``padded`` rows) from its replayed table,
+        an eager step's from its own longest request."""
+        longest = int(batch.context_lens.max())
+        if padded is not None:
+            return tile_tokens(self.graph_table(padded, longest))
+        return tile_tokens(table_width(longest, self.block_size))
 
     def idle_slowdown_us(self, idle_us: float) -> float:
         """Extra time of a forward whose compute stream sat idle ``idle_us`` before it."""
@@ -165,7 +194,7 @@ class CostModel:
             kc = self.kernel_costs
             linear, lm_head = kc.linear_us(q_tokens), kc.lm_head_us(sampled)
             share = self.gpu.attention_tile_share
-            tile = self.decode_tile(batch, padded_requests is not None) if share else 128
+            tile = self.decode_tile(batch, padded_requests) if share else 128
             attention = kc.attention_us(
                 batch, decode, self.gpu.attention_padded_groups, tile, share
             )
@@ -234,7 +263,8 @@ class CostModel:
                 rows = int(np.count_nonzero(dec))
                 longest = int(ctx[dec].max()) if rows else 0
             if rows:
-                attention += self.walk_us * min(longest, self.partition(rows))
+                width = self.graph_table(rows, longest) if padded_requests is not None else None
+                attention += self.walk_us * min(longest, self.partition(rows, width))
         if not decode:
             attention += self.prefix_walk_us(batch)
         return attention

@@ -85,10 +85,12 @@ def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
             return 0, float("inf")
     elif inflight is not None or sched.updates.next_step != sched.step:
         return 0, float("inf")
-    if not first_replays_done(host, int(run.size)):
+    longest = int(sched.decode.ctx.max())
+    if not first_replays_done(host, int(run.size), longest + 1):
         return 0, float("inf")
     now_s = host.env.now * 1e-6 * (1.0 + 1e-15) + 1e-12
     k, admit_at = sched.decode.stretch(MAX_STEPS, now_s)
+    k = min(k, class_room(host, int(run.size), longest))
     k = min(k, host.sampler.eos_room(sched.table.rid[run]))
     if admit_at < float("inf"):
         k = min(k, MAX_STEPS_BEFORE_ARRIVAL)
@@ -97,14 +99,25 @@ def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
     return (k, admit_at) if k >= MIN_STEPS else (0, float("inf"))
 
 
-def first_replays_done(host: HostState, requests: int) -> bool:
-    """Whether every IO slot has launched the graph of this batch size once (a first launch
-    costs more: launch.first_replay_us), so the steps ahead launch alike."""
+def first_replays_done(host: HostState, requests: int, longest: int) -> bool:
+    """Whether every IO slot has launched the graph of this batch size and table width once (a
+    first launch costs more: launch.first_replay_us), so the steps ahead launch alike."""
     costs = host.costs
     bucket = costs.graph_size(requests) if host.engine.cuda_graphs else None
     if bucket is None:
         return True
-    return all((slot.index, bucket) in host.replayed for slot in host.slots.slots)
+    key = (bucket, costs.graph_table(bucket, longest))
+    return all((slot.index, *key) in host.replayed for slot in host.slots.slots)
+
+
+def class_room(host: HostState, requests: int, longest: int) -> int:
+    """Steps until the longest request outgrows its graph's table (the next replays another
+    graph, whose first launch costs more); unbounded for eager steps."""
+    costs = host.costs
+    bucket = costs.graph_size(requests) if host.engine.cuda_graphs else None
+    if bucket is None:
+        return MAX_STEPS
+    return costs.graph_table(bucket, longest + 1) - longest
 
 
 def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> StretchCosts | None:
@@ -214,7 +227,9 @@ def _forward_us(host: HostState, ctx0: np.ndarray, k: int, carry: bool, graph: b
     )
     if costs.walk_us:
         rows = padded if padded is not None else n
-        attention = attention + costs.walk_us * np.minimum(ctx.max(axis=1), costs.partition(rows))
+        width = costs.graph_table(rows, int(ctx[0].max())) if padded is not None else None
+        part = costs.partition(rows, width)
+        attention = attention + costs.walk_us * np.minimum(ctx.max(axis=1), part)
     scale = gpu.spread.forward_scale
     if scale != 1.0:  # a band's draw of the forward model's error, as CostModel.forward does
         attention = attention * scale

@@ -75,7 +75,8 @@ class HostState:
         self.hazards = HazardLog(self.rec)
         self.slots = SlotTracker(setup.io_slots, self.hazards)
         self.launches = 0
-        self.replayed: set[tuple[int, int | None]] = set()  # (slot, bucket) graphs launched
+        # (slot, bucket, table width) graphs launched
+        self.replayed: set[tuple[int, int | None, int | None]] = set()
         self.last_updated: Launched | None = None
         self.host_us: Counter[str] = Counter()
         self.lane_busy_us: Counter[str] = Counter()

@@ -28,6 +28,7 @@ class StepPlan:
 
     graph: bool  # one graph replay (else every kernel launched eagerly)
     bucket: int | None  # the captured batch size a graph step is padded to
+    width: int | None  # the graph's block table (tokens): its launch class
     carry: bool  # batch N's tokens scattered into this batch's inputs first
     forward: ForwardCost
     samples: int  # sampled positions (tokens the forward produces)
@@ -82,8 +83,9 @@ def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
     )
     samples = batch.num_samples
     bucket = padded if graph else None
+    width = costs.graph_table(padded, int(batch.context_lens.max())) if graph else None
     return StepPlan(
-        graph, bucket, carry, fwd, samples, kv_blocks, h2d_bytes, costs.d2h_bytes(samples)
+        graph, bucket, width, carry, fwd, samples, kv_blocks, h2d_bytes, costs.d2h_bytes(samples)
     )
 
 
@@ -175,8 +177,8 @@ def clock_lag_us(host: HostState, batch: Batch, fwd: ForwardCost, begin: float) 
 
 
 def first_replay_us(host: HostState, slot: IOSlot, plan: StepPlan) -> float:
-    """The extra host time of this (slot, bucket) graph's first launch, once per run."""
-    key = (slot.index, plan.bucket)
+    """The extra host time of this (slot, bucket, width) graph's first launch, once per run."""
+    key = (slot.index, plan.bucket, plan.width)
     if key in host.replayed:
         return 0.0
     host.replayed.add(key)
