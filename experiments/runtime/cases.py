@@ -184,6 +184,14 @@ MATRIX["fused_k"] = {
 }
 # the brief's workload on the final runtime (issue 12's end-to-end figure), predicted first
 MATRIX["seed"] = {"seed_8192": (CASES["seed_8192"], 180)}
+# shapes never recorded whose contexts cross several of the decode kernel's launch classes
+# (engine.graph_width_classes: a graph per class), predicted first
+MATRIX["classes"] = {
+    "8b_24x512+3584": (shape("llama3_8b", 24, 512, 3584), 30),
+    "1b_96x256+3072": (shape("llama3_1b", 96, 256, 3072), 14),
+    "3b_16x1024+3072": (shape("llama3_3b", 16, 1024, 3072), 16),
+    "q7b_8x512+2560": (shape("qwen2_5_7b", 8, 512, 2560), 18),
+}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
 
 
