@@ -192,6 +192,14 @@ MATRIX["classes"] = {
     "3b_16x1024+3072": (shape("llama3_3b", 16, 1024, 3072), 16),
     "q7b_8x512+2560": (shape("qwen2_5_7b", 8, 512, 2560), 18),
 }
+# more of them, for a third call of the same runtime (chosen after classes and seed_2 were
+# recorded, predicted before their call)
+MATRIX["classes_b"] = {
+    "8b_8x2048+2048": (shape("llama3_8b", 8, 2048, 2048), 26),
+    "1b_32x128+4096": (shape("llama3_1b", 32, 128, 4096), 20),
+    "3b_64x256+1536": (shape("llama3_3b", 64, 256, 1536), 16),
+    "8b_poisson_16": (poisson("llama3_8b", 16, 48, 2.0, 512, 1536), 30),
+}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
 
 
