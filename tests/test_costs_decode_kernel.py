@@ -103,3 +103,30 @@ def test_a_negative_fall_is_refused():
 
     with pytest.raises(ConfigError, match="attention_tile_share_bytes"):
         with_gpu(config(), attention_tile_share_bytes=-1.0)
+
+
+def test_graph_table_widths_mirror_the_runtime_kernels_launch_classes():
+    """The simulator's graph widths (the sim's mirror of the kernel's choices) are the runtime's
+    (runtime/runner.py, from paged_attention's own pick_tile and pick_partition)."""
+    pytest.importorskip("torch")
+    from cbsim.costs.decode_kernel import launch_classes
+    from cbsim.runtime.kernels.paged_attention import pick_partition, pick_tile
+
+    cfg = config()
+    cfg.workload = type(cfg.workload)(prompt_len=256, gen_len=8192)  # 528 blocks
+    cm = CostModel(cfg)
+    for rows in (1, 4, 16, 32, 128):
+        tops = launch_classes(pick_tile, pick_partition, rows, 8, 528, 16)
+        assert tops[-1] == 528
+        got = sorted({cm.graph_table(rows, ctx) // 16 for ctx in range(1, 8449, 7)} | {528})
+        assert got == tops, rows
+    assert launch_classes(pick_tile, pick_partition, 32, 8, 528, 16) == [64, 128, 256, 512, 528]
+    # a step replays the narrowest that holds its longest request
+    assert [cm.graph_table(32, c) for c in (1, 1024, 1025, 4096, 4097, 8448)] == [
+        1024,
+        1024,
+        2048,
+        4096,
+        8192,
+        8448,
+    ]

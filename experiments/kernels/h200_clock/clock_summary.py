@@ -35,12 +35,19 @@ log = open(f"{d}/clock_runtime.log").read()
 marks = re.findall(r"== (\d\d:\d\d:\d\d\.\d+) (start|end) (\S+)", log)
 day = samples[0][0].date()
 spans = {}
+last = None
 for t, kind, case in marks:
-    spans.setdefault(case, {})[kind] = dt.datetime.combine(
-        day, dt.datetime.strptime(t[:15], "%H:%M:%S.%f").time()
-    )
+    at = dt.datetime.combine(day, dt.datetime.strptime(t[:15], "%H:%M:%S.%f").time())
+    if last is not None and at < last:  # the call ran past midnight
+        day += dt.timedelta(days=1)
+        at += dt.timedelta(days=1)
+    last = at
+    spans.setdefault(case, {})[kind] = at
 for case, se in spans.items():
-    ss = [s for s in samples if se["start"] <= s[0] <= se["end"] and s[4] > 50]
+    ss = [s for s in samples if se["start"] <= s[0] <= se.get("end", s[0]) and s[4] > 50]
+    if not ss:
+        print(f"{case}: no busy samples")
+        continue
     capped = [s for s in ss if s[3] == "0x0000000000000004"]
     clk = [s[1] for s in ss]
     print(
