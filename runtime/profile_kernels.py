@@ -46,7 +46,13 @@ class ProfileGrid:
 
     gemm_rows: list[int] = field(default_factory=lambda: _pow2(0, 13))
     lm_head_rows_max: int = 1024  # sampled rows: at most one per request of a step
-    decode_batches: list[int] = field(default_factory=lambda: _pow2(0, 8))
+    # the runtime's graph buckets (engine.graph_batch_sizes): the kernel's split-K launch
+    # follows the batch, so between two profiled batches it can be neither's (96 requests of
+    # the 1B shape at 4096 tokens ran at 3.99 TB/s, 64 and 128 at 3.22 and 3.06;
+    # experiments/kernels/table_width/README.md)
+    decode_batches: list[int] = field(
+        default_factory=lambda: [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256]
+    )
     decode_contexts: list[int] = field(default_factory=lambda: _pow2(7, 15))
     decode_max_tokens: int = 1 << 21  # batch x context cap (8 GiB of one layer's KV for 8B)
     prefill_rows: list[int] = field(default_factory=lambda: [1, 4, 16])
