@@ -6,7 +6,7 @@ within 1% of it in both calls; a recording says which build made it (older ones:
 from __future__ import annotations
 
 import pytest
-from conftest import RECORDINGS, make_config
+from conftest import RECORDINGS, validate_recorded
 
 RUN15 = RECORDINGS / "h200_run15"
 SEEDS = ("seed", "seed_2")
@@ -33,21 +33,9 @@ def test_a_recording_says_whether_its_graphs_had_one_table_width():
 @pytest.mark.skipif(not RUN15.is_dir(), reason="h200_run15 is not committed under experiments/")
 def test_the_seed_on_the_width_class_build_is_where_the_simulator_put_it(tmp_path):
     """Measured at this commit (docs/validation.md): +0.05% and +0.38% of total time."""
-    from cbsim.validation.tasks import run_validation_task
-
     traces = ",".join(f"h200_run15/{p}/seed_8192/trace_async.json.gz" for p in SEEDS)
-    cfg = make_config(
-        [
-            "+experiment=validate",
-            f"extra.recordings={RECORDINGS}",
-            f"trace=[{traces}]",
-            "extra.report=false",
-            "extra.progress=false",
-            "output.print_table=false",
-            "hardware=h200_kernels_calibrated",
-            "extra.holdout=profile",
-        ]
-    )
-    runs = run_validation_task(cfg, {}, tmp_path)["runs"]
+    runs = validate_recorded(
+        tmp_path, traces, "hardware=h200_kernels_calibrated", "extra.holdout=profile"
+    )["runs"]
     errors = [r["sim"]["total_time_s"] / r["real"]["total_time_s"] - 1 for r in runs]
     assert len(errors) == 2 and all(abs(e) < 0.01 for e in errors), errors
