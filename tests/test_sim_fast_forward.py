@@ -90,3 +90,17 @@ def test_a_long_steady_decode_is_fast_forwarded():
             events = fast.other_data["sim_counters"]["simpy_events"]
             assert events * 20 < slow.other_data["sim_counters"]["simpy_events"]
             assert fast.events == slow.events
+
+
+def test_a_decode_across_table_width_classes_is_fast_forwarded_exactly():
+    """The longest request outgrows its graph's table (engine.graph_width_classes) at 1024, 2048
+    and 4096 tokens: each crossing replays another graph, whose first launch costs more; the
+    stretches stop there, and the trace is the one stepping writes."""
+    cfg = make("llama3_8b", batch_size=32, prompt_len=900, gen_len=3400)
+    host = dataclasses.replace(cfg.hardware.host, graph_first_replay_us_per_kernel=1.6)
+    cfg.hardware = dataclasses.replace(cfg.hardware, host=host)
+    for engine in ("sync", "async"):
+        fast, slow = run(cfg, engine), run(cfg, engine, fast_forward=False)
+        assert fast.events == slow.events
+        events = fast.other_data["sim_counters"]["simpy_events"]
+        assert events * 20 < slow.other_data["sim_counters"]["simpy_events"]
