@@ -281,8 +281,9 @@ def other_data(
         "fused": runner.fused,
         "graph_buckets": runner.buckets,
         # the block-table widths (blocks) each bucket's graphs were captured at
-        "graph_width_classes": len({len(w) for w in runner.graph_widths.values()} - {1}) > 0
-        or (config.engine.graph_width_classes and runner.decode_kernel is not None),
+        "graph_width_classes": bool(
+            config.engine.graph_width_classes and runner.decode_kernel is not None
+        ),
         "graph_widths": {str(b): w for b, w in runner.graph_widths.items()},
         "io_slots": len(runner.slots),
         "tracing": config.mode.tracing,

@@ -136,9 +136,7 @@ class ModelRunner:
         cap = slot_capacity(max(w.max_batch_tokens, biggest), self.max_outputs, self.graph_width)
         self.slots = [IOSlot(i, cap, self.max_outputs, device) for i in range(num_slots)]
         self.graph_widths = {
-            b: self._launch_classes(config, b)
-            if config.engine.graph_width_classes
-            else [self.graph_width]
+            b: self._launch_classes(b) if config.engine.graph_width_classes else [self.graph_width]
             for b in self.buckets
         }
         self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
@@ -155,7 +153,7 @@ class ModelRunner:
         }
         self._no_logits = torch.empty(0, dtype=torch.int64, device=device)
 
-    def _launch_classes(self, config: CbsimConfig, rows: int) -> list[int]:
+    def _launch_classes(self, rows: int) -> list[int]:
         """The table widths to capture a graph of ``rows`` requests at: one per launch class of
         the Triton decode kernel; the one width when another kernel runs the decode rows."""
         if self.decode_kernel is None:

@@ -58,3 +58,29 @@ def class_width(tops: list[int], blocks: int) -> int:
     """The narrowest captured width (blocks) that holds ``blocks`` (the widest when none does)."""
     i = bisect_left(tops, blocks)
     return tops[min(i, len(tops) - 1)]
+
+
+class GraphTables:
+    """Which block table a replayed decode graph has, as runtime/runner.py captures them: one
+    per launch class of the kernel up to the run's widest table (``classes``), else the widest."""
+
+    def __init__(self, gpu, kv_heads: int, block_size: int, classes: bool) -> None:
+        self.gpu, self.kv_heads, self.block_size, self.classes = gpu, kv_heads, block_size, classes
+        self._tops: dict[int, list[int]] = {}
+
+    def width(self, rows: int, longest: int, widest: int) -> int:
+        """Tokens of the table a graph of ``rows`` requests replays for a step whose longest
+        request has ``longest`` tokens, the run's widest table being ``widest`` tokens."""
+        if not self.classes:
+            return widest
+        tops = self._tops.get(rows)
+        if tops is None:
+            tops = self._tops[rows] = launch_classes(
+                tile_tokens,
+                lambda r, kvh, w, _t: partition_tokens(self.gpu, w, r, kvh),
+                rows,
+                self.kv_heads,
+                widest // self.block_size,
+                self.block_size,
+            )
+        return class_width(tops, -(-int(longest) // self.block_size)) * self.block_size

@@ -30,13 +30,7 @@ import numpy as np
 
 from cbsim.config.schema import CbsimConfig
 from cbsim.costs.clock import settle_forward
-from cbsim.costs.decode_kernel import (
-    class_width,
-    launch_classes,
-    partition_tokens,
-    table_width,
-    tile_tokens,
-)
+from cbsim.costs.decode_kernel import GraphTables, partition_tokens, table_width, tile_tokens
 from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
@@ -99,8 +93,8 @@ class CostModel:
         self._max_context = max_context
         self._partitions: dict[tuple[int, int], int] = {}
         # a graph per decode-kernel launch class (engine.graph_width_classes; the Triton kernel)
-        self.width_classes = config.engine.graph_width_classes and config.mode.attention != "torch"
-        self._graph_widths: dict[int, list[int]] = {}
+        classes = config.engine.graph_width_classes and config.mode.attention != "torch"
+        self.graph_tables = GraphTables(g, self.kv_heads, self.block_size, classes)
         # step-to-step host speed, only in a band's draws (host_jitter.py)
         sp = hw.host.spread
         self.jitter = HostJitter(sp.within_run, sp.seed) if sp.jitter and sp.within_run else None
@@ -134,22 +128,10 @@ class CostModel:
 
     def graph_table(self, rows: int, longest: int) -> int:
         """Tokens of the block table a graph of ``rows`` requests replays with for a step whose
-        longest request has ``longest``: its launch class (runtime/runner.py), else the run's
-        longest request's."""
-        widest = table_width(self.max_context, self.block_size)
-        if not self.width_classes:
-            return widest
-        tops = self._graph_widths.get(rows)
-        if tops is None:
-            tops = self._graph_widths[rows] = launch_classes(
-                tile_tokens,
-                lambda r, kvh, w, _t: partition_tokens(self.gpu, w, r, kvh),
-                rows,
-                self.kv_heads,
-                widest // self.block_size,
-                self.block_size,
-            )
-        return class_width(tops, -(-int(longest) // self.block_size)) * self.block_size
+        longest request has ``longest`` (runtime/runner.py)."""
+        return self.graph_tables.width(
+            rows, longest, table_width(self.max_context, self.block_size)
+        )
 
     def decode_tile(self, batch, padded: int | None) -> int:
         """The decode kernel's KV tile: a graph step's (``padded`` rows) from its replayed table,
