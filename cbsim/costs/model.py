@@ -120,18 +120,16 @@ class CostModel:
         """The decode kernel's split-K partition for ``rows`` over a table ``width`` tokens wide
         (None: the longest request's)."""
         width = table_width(self.max_context, self.block_size) if width is None else width
-        got = self._partitions.get((rows, width))
-        if got is None:
-            got = partition_tokens(self.gpu, width, rows, self.kv_heads)
-            self._partitions[(rows, width)] = got
-        return got
+        key = (rows, width)
+        if key not in self._partitions:
+            self._partitions[key] = partition_tokens(self.gpu, width, rows, self.kv_heads)
+        return self._partitions[key]
 
     def graph_table(self, rows: int, longest: int) -> int:
         """Tokens of the block table a graph of ``rows`` requests replays with for a step whose
         longest request has ``longest`` (runtime/runner.py)."""
-        return self.graph_tables.width(
-            rows, longest, table_width(self.max_context, self.block_size)
-        )
+        widest = table_width(self.max_context, self.block_size)
+        return self.graph_tables.width(rows, longest, widest)
 
     def decode_tile(self, batch, padded: int | None) -> int:
         """The decode kernel's KV tile: a graph step's (``padded`` rows) from its replayed table,
