@@ -17,13 +17,23 @@ ROOT = Path(__file__).resolve().parent
 PATTERN = "h200_run*/**/ref_8b_16x512+256/trace_*.json.gz"
 
 
+def build(cfg) -> str:
+    """The runtime build a recording ran (as the simulator reads it from the trace/manifest)."""
+    fused = "fused" if cfg.mode.fuse_epilogues else "unfused"
+    return fused + (", width classes" if cfg.engine.graph_width_classes else "")
+
+
 def main() -> None:
     runs: dict[tuple[str, str], dict[str, dict]] = {}
+    builds: dict[tuple[str, str], str] = {}
     for rec in load(resolve_traces([PATTERN], ROOT), ROOT):
         where = str(rec.path.parent.parent.relative_to(ROOT))
         runs.setdefault((where, rec.call), {})[rec.engine] = compute_metrics(rec.trace)
-    print("| recording | call | sync s | async s | sync GPU idle | async GPU idle | speedup |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+        builds[(where, rec.call)] = build(rec.config)
+    print(
+        "| recording | call | build | sync s | async s | sync GPU idle | async GPU idle | speedup |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     rows = []
     for (where, call), m in sorted(runs.items()):
         if {"sync", "async"} - set(m):
@@ -38,12 +48,16 @@ def main() -> None:
         )
         rows.append(row)
         print(
-            f"| {where} | {call} | {row[0]:.3f} | {row[1]:.3f} | {row[2]:.2f}% | {row[3]:.2f}% "
+            f"| {where} | {call} | {builds[(where, call)]} | {row[0]:.3f} | {row[1]:.3f} "
+            f"| {row[2]:.2f}% | {row[3]:.2f}% "
             f"| x{row[4]:.3f} |"
         )
     arr = np.array(rows)
     calls = len({c for _, c in runs})
-    print(f"\n{len(rows)} recordings in {calls} device calls:\n")
+    print(
+        f"\n{len(rows)} recordings in {calls} device calls (the totals move with the build too; "
+        "the idle and the speedup are the host's):\n"
+    )
     for i, name in enumerate(("sync total s", "async total s", "sync GPU idle %",
                               "async GPU idle %", "speedup")):  # fmt: skip
         v = arr[:, i]
