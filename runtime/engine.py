@@ -280,7 +280,8 @@ def other_data(
         # what the build fused (mode.fuse_*; CUDA only): the simulator counts the same kernels
         "fused": runner.fused,
         "graph_buckets": runner.buckets,
-        # the block-table widths (blocks) each bucket's graphs were captured at
+        # a graph per launch class of the Triton decode kernel, and the block-table widths
+        # (blocks) each bucket's graphs were captured at
         "graph_width_classes": bool(
             config.engine.graph_width_classes and runner.decode_kernel is not None
         ),

@@ -173,7 +173,7 @@ class EngineConfig:
     )
     # a graph per launch class of the decode kernel as well (cbsim.costs.decode_kernel): a
     # decode step replays the narrowest block table that holds its longest request, so the
-    # kernel runs as over a table that wide (8448-token tables cost 5-23 us a layer more at
+    # kernel runs as over a table that wide (8448-token tables cost 7-26 us a layer more at
     # 256-4096 tokens of context, experiments/kernels/table_width/); false: every graph's
     # table is as wide as the run's longest request. The simulator follows which graph a step
     # replays (its first launch, its tile); its kernel tables time each context at its own

@@ -85,12 +85,12 @@ def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
             return 0, float("inf")
     elif inflight is not None or sched.updates.next_step != sched.step:
         return 0, float("inf")
-    longest = int(sched.decode.ctx.max())
-    if not first_replays_done(host, int(run.size), longest + 1):
+    room = graph_room(host, int(run.size), int(sched.decode.ctx.max()))
+    if room < MIN_STEPS:
         return 0, float("inf")
     now_s = host.env.now * 1e-6 * (1.0 + 1e-15) + 1e-12
     k, admit_at = sched.decode.stretch(MAX_STEPS, now_s)
-    k = min(k, class_room(host, int(run.size), longest))
+    k = min(k, room)
     k = min(k, host.sampler.eos_room(sched.table.rid[run]))
     if admit_at < float("inf"):
         k = min(k, MAX_STEPS_BEFORE_ARRIVAL)
@@ -99,25 +99,18 @@ def plan(host: HostState, inflight: Launched | None) -> tuple[int, float]:
     return (k, admit_at) if k >= MIN_STEPS else (0, float("inf"))
 
 
-def first_replays_done(host: HostState, requests: int, longest: int) -> bool:
-    """Whether every IO slot has launched the graph of this batch size and table width once (a
-    first launch costs more: launch.first_replay_us), so the steps ahead launch alike."""
-    costs = host.costs
-    bucket = costs.graph_size(requests) if host.engine.cuda_graphs else None
-    if bucket is None:
-        return True
-    key = (bucket, costs.graph_table(bucket, longest))
-    return all((slot.index, *key) in host.replayed for slot in host.slots.slots)
-
-
-def class_room(host: HostState, requests: int, longest: int) -> int:
-    """Steps until the longest request outgrows its graph's table (the next replays another
-    graph, whose first launch costs more); unbounded for eager steps."""
+def graph_room(host: HostState, requests: int, longest: int) -> int:
+    """Steps ahead that replay one graph already launched by every IO slot (a graph's first
+    launch costs more: launch.first_replay_us): 0 until then, else until the longest request
+    (``longest`` tokens before the next step) outgrows the graph's table; eager steps: any."""
     costs = host.costs
     bucket = costs.graph_size(requests) if host.engine.cuda_graphs else None
     if bucket is None:
         return MAX_STEPS
-    return costs.graph_table(bucket, longest + 1) - longest
+    table = costs.graph_table(bucket, longest + 1)
+    if not all((slot.index, bucket, table) in host.replayed for slot in host.slots.slots):
+        return 0
+    return table - longest
 
 
 def costs_of(host: HostState, k: int, carry: bool, kv_first_update: int) -> StretchCosts | None:
