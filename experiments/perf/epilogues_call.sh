@@ -22,9 +22,7 @@ for step in "$@"; do
   echo "== $(date -u +%H:%M:%S) $step"
   case $step in
   tests)
-    timeout 170 python3 -P -m pytest -q -m gpu -p no:cacheprovider tests/test_fused_epilogues.py \
-      tests/test_kernels.py tests/test_runtime_gpu.py > "$OUT/gpu_tests.log" 2>&1
-    tail -3 "$OUT/gpu_tests.log" ;;
+    OUT=$OUT bash experiments/perf/gpu_tests.sh ;;
   kernels)
     for fused in true false; do
       timeout 80 python3 experiments/runtime/diag_launch.py "$OUT/kernels_$fused" --kernels \

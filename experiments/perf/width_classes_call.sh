@@ -16,11 +16,7 @@ for step in "$@"; do
   echo "== $(date -u +%H:%M:%S) $step"
   case $step in
   tests)
-    timeout 170 python3 -P -m pytest -q -m gpu -p no:cacheprovider tests/test_fused_epilogues.py \
-      tests/test_kernels.py tests/test_runtime_gpu.py > "$OUT/gpu_tests.log" 2>&1
-    rc=$?
-    tail -3 "$OUT/gpu_tests.log"
-    [ $rc -eq 0 ] || { echo "GPU tests failed (rc $rc): stopping"; exit 1; } ;;
+    OUT=$OUT bash experiments/perf/gpu_tests.sh || { echo "GPU tests failed: stopping"; exit 1; } ;;
   seed)
     LIMIT=200 bash experiments/runtime/clock_part_call.sh seed > "$OUT/seed_call.log" 2>&1
     grep -E "async:|sync:" "$OUT/seed_call.log" ;;
