@@ -26,6 +26,7 @@ import torch
 
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.decode_kernel import launch_name
 from cbsim.costs.kernel_table import write_table
 from cbsim.costs.kernels import gemm_shapes
 
@@ -54,6 +55,11 @@ class ProfileGrid:
         default_factory=lambda: [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256]
     )
     decode_contexts: list[int] = field(default_factory=lambda: _pow2(7, 15))
+    # every launch the kernel can take, so the cost model prices whichever the runtime's rule
+    # picks at a step's table width (a rule can then be chosen from the table): KV tiles, and
+    # split-K partitions besides one partition for the whole table
+    decode_tiles: list[int] = field(default_factory=lambda: [64, 128])
+    decode_partitions: list[int] = field(default_factory=lambda: _pow2(7, 14))
     decode_max_tokens: int = 1 << 21  # batch x context cap (8 GiB of one layer's KV for 8B)
     prefill_rows: list[int] = field(default_factory=lambda: [1, 4, 16])
     prefill_lengths: list[int] = field(default_factory=lambda: _pow2(4, 13))
@@ -180,32 +186,56 @@ def _decode_kernel(cfg: CbsimConfig, dev: torch.device):
     return decode_torch
 
 
-def decode_calls(kernel, kc, vc, hq: int, b: int, ctx: int, width: int, scale: float) -> list:
+def decode_calls(
+    kernel, kc, vc, hq: int, b: int, ctx: int, width: int, scale: float, **launch
+) -> list:
     """The decode kernel on `b` requests at context `ctx` with tables `width` blocks wide, one
-    call per copy of the tables (as many as the cache holds and rotating past L2 needs)."""
+    call per copy of the tables (as many as the cache holds and rotating past L2 needs);
+    ``launch``: the kernel's partition_size and block_n (its own rule when absent)."""
     blocks, _, hkv, d = kc.shape
     per_token = 2 * hkv * d * 2
     copies = max(1, min(_copies(b * ctx * per_token, 1), (blocks - 1) // (b * width)))
     q = torch.randn(b, hq, d, dtype=kc.dtype, device=kc.device)
     lens = torch.full((b,), ctx, dtype=torch.int32, device=kc.device)
     ids = torch.arange(copies * b * width, dtype=torch.int32, device=kc.device)
-    return [partial(kernel, q, kc, vc, t, lens, scale) for t in ids.view(copies, b, width)]
+    call = partial(kernel, **launch) if launch else kernel
+    return [partial(call, q, kc, vc, t, lens, scale) for t in ids.view(copies, b, width)]
+
+
+def decode_launches(grid: ProfileGrid, ctx: int) -> list[tuple[int, int]]:
+    """(tile, partition) of each launch timed at context ``ctx``; partition 0 is one partition
+    over the table. A split launch is timed over a table of at least two partitions (a step's
+    table can be wider than its requests' context, the partitions past it exiting at once)."""
+    launches = [(t, 0) for t in grid.decode_tiles]
+    launches += [
+        (t, p) for t in grid.decode_tiles for p in grid.decode_partitions if p % t == 0 and p <= ctx
+    ]
+    return launches
 
 
 def profile_decode(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
     m, bs = cfg.model, cfg.workload.kv_block_size
     hq, hkv, d = m.num_heads, m.num_kv_heads, m.head_dim
     kernel, scale = _decode_kernel(cfg, dev), d**-0.5
+    per_launch = kernel is not decode_torch  # the torch fallback has no launch to choose
     per_token = 2 * hkv * d * 2
-    blocks = -(-max(grid.decode_max_tokens, L2_ROTATE_BYTES // per_token) // bs) + 1
+    blocks = -(-max(2 * grid.decode_max_tokens, L2_ROTATE_BYTES // per_token) // bs) + 1
     kc = torch.randn(blocks, bs, hkv, d, dtype=dt, device=dev)
     vc = torch.randn_like(kc)
     for b in grid.decode_batches:
         for ctx in grid.decode_contexts:
             if b * ctx > grid.decode_max_tokens:
                 break
-            calls = decode_calls(kernel, kc, vc, hq, b, ctx, -(-ctx // bs), scale)
-            out.append(("decode_attention", hq, d, hkv, b, ctx, timer(calls)))
+            if not per_launch:
+                calls = decode_calls(kernel, kc, vc, hq, b, ctx, -(-ctx // bs), scale)
+                out.append(("decode_attention", hq, d, hkv, b, ctx, timer(calls), ""))
+                continue
+            for tile, part in decode_launches(grid, ctx):
+                width = -(-max(ctx, 2 * part) // bs)
+                launch = {"partition_size": part or None, "block_n": tile}
+                calls = decode_calls(kernel, kc, vc, hq, b, ctx, width, scale, **launch)
+                name = launch_name(tile, part or width * bs, width * bs)
+                out.append(("decode_attention", hq, d, hkv, b, ctx, timer(calls), name))
 
 
 def profile_prefill(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
@@ -299,7 +329,7 @@ def _headers(config, dev, command, timer, t0, grid, short) -> list[str]:
     m, cuda = config.model, dev.type == "cuda"
     command = command or f"python -m cbsim +experiment=profile_kernels mode=runtime model={m.name}"
     headers = [
-        "cbsim kernel table v1 (columns: cbsim/costs/kernel_table.py)",
+        "cbsim kernel table v2 (columns: cbsim/costs/kernel_table.py)",
         f"hardware: {_hardware(dev)}",
         f"command: {command}",
         f"model: {m.name} (hidden {m.hidden_size}, intermediate {m.intermediate_size}, heads "

@@ -25,10 +25,10 @@ def predicted_errors(tmp_path, held_out: str) -> dict[str, np.ndarray]:
             shutil.copy(f, tmp_path / f.name)
     table = load_table(str(tmp_path))
     errors: dict[str, list[float]] = {}
-    for op, n, k, g, rows, ctx, us in table_rows(H200 / f"{held_out}.csv"):
+    for op, n, k, g, rows, ctx, us, launch in table_rows(H200 / f"{held_out}.csv"):
         if op in ("h2d", "d2h"):
             continue
-        got = table.time_us(op, int(n), int(k), int(g), int(rows), int(ctx), **RATES)
+        got = table.time_us(op, int(n), int(k), int(g), int(rows), int(ctx), launch=launch, **RATES)
         errors.setdefault(op, []).append(math.log(got / float(us)))
     return {op: np.asarray(e) for op, e in errors.items()}
 

@@ -26,6 +26,12 @@ def partition_tokens(gpu, width: int, rows: int, kv_heads: int) -> int:
     return max(part, gpu.attention_min_partition, tile_tokens(width))
 
 
+def launch_name(tile: int, partition: int, width: int) -> str:
+    """A launch as kernel tables name it: ``t<tile>`` when one partition covers the ``width``
+    tokens of the table (no reduce kernel), else ``t<tile>p<partition>``."""
+    return f"t{tile}" if partition >= width else f"t{tile}p{partition}"
+
+
 def launch_classes(
     tile: Callable[[int], int],
     partition: Callable[[int, int, int, int], int],

@@ -2,8 +2,12 @@
 
 A table is a CSV file written on the GPU by ``python -m cbsim +experiment=profile_kernels
 mode=runtime model=...`` (runtime/profile_kernels.py), with ``#`` header lines saying the hardware,
-the software and the command, then the columns ``op,n,k,g,rows,context,us``: one kernel call's time
-in microseconds, as it runs inside a replayed CUDA graph (the gap to the next node included).
+the software and the command, then the columns ``op,n,k,g,rows,context,us,launch``: one kernel
+call's time in microseconds, as it runs inside a replayed CUDA graph (the gap to the next node
+included). ``launch`` names the decode kernel's launch (``t128``: 128-token tiles, one partition;
+``t64p1024``: 64-token tiles, split-K partitions of 1024 tokens; ``decode_kernel.launch_name``)
+where the profile timed each launch the kernel can take; empty (or absent, in a v1 table) where a
+row ran the launch the runtime's rule picked at a table as wide as its context.
 
 | op | n, k, g | rows | context |
 | --- | --- | --- | --- |
@@ -32,6 +36,7 @@ import csv
 import functools
 import io
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +47,8 @@ from cbsim.config.errors import ConfigError
 from cbsim.config.hardware import kernel_table_files
 from cbsim.rundir import atomic_write_text
 
-COLUMNS = ("op", "n", "k", "g", "rows", "context", "us")
+COLUMNS = ("op", "n", "k", "g", "rows", "context", "us")  # v1; v2 adds "launch"
+LAUNCH = "launch"
 ATTENTION_OPS = ("decode_attention", "prefill_attention")
 # kernels that split their elements evenly over programs (argmax is not: a program per row
 # reduces the whole vocabulary, so a longer row is a longer walk, as the roofline ratio scales it)
@@ -54,8 +60,10 @@ OPS += ("h2d", "d2h")
 # prefill attention (causal) computes every pair
 CONTEXT_POWER = {"decode_attention": 1.0, "prefill_attention": 2.0}
 DTYPE_BYTES = 2  # the profiler times bf16 kernels
+LAUNCH_NAME = re.compile(r"t[1-9][0-9]*(p[1-9][0-9]*)?")
 
 Shape = tuple[str, int, int, int]  # op, n, k, g
+Key = tuple[str, int, int, int, str]  # a shape and its launch ("": the rule's, v1)
 
 
 @dataclass(frozen=True)
@@ -104,12 +112,16 @@ class Curve:
 class KernelTable:
     """Every curve of one or more table files, and their header lines."""
 
-    curves: dict[Shape, Curve]
+    curves: dict[Key, Curve]
     headers: tuple[str, ...]
     source: str
 
     def has(self, op: str) -> bool:
         return any(s[0] == op for s in self.curves)
+
+    def has_launches(self, op: str) -> bool:
+        """Whether the table timed ``op`` per launch (a v2 decode sweep)."""
+        return any(s[0] == op and s[4] for s in self.curves)
 
     def time_us(
         self,
@@ -122,23 +134,30 @@ class KernelTable:
         *,
         flops_per_us: float = 1.0,
         bytes_per_us: float = 1.0,
+        launch: str = "",
     ) -> float:
         """One call's time; a shape not in the table is scaled from its nearest one by their
-        rooflines (``flops_per_us``/``bytes_per_us``: the profile's rates)."""
+        rooflines (``flops_per_us``/``bytes_per_us``: the profile's rates). ``launch``: the
+        decode kernel's; a shape's own rows without launches (a v1 table) come before another
+        shape's rows of that launch."""
         if rows <= 0:
             return 0.0
         shape = (op, int(n), int(k), int(g))
-        curve = self.curves.get(shape)
-        if curve is not None:
-            return curve.at(rows, context)
-        near = self.nearest(shape)
-        at_rows, at_context = equivalent(shape, near, rows, context)
+        # a split launch the table lacks costs about what one partition does (its last rows
+        # split a table in two)
+        for key in ((*shape, launch), (*shape, ""), (*shape, launch.partition("p")[0])):
+            curve = self.curves.get(key)
+            if curve is not None:
+                return curve.at(rows, context)
+        near = self.nearest(shape, launch)
+        at_rows, at_context = equivalent(shape, near[:4], rows, context)
         base = self.curves[near].at(at_rows, at_context)
         want = roofline(shape, rows, context, flops_per_us, bytes_per_us)
-        have = roofline(near, at_rows, at_context, flops_per_us, bytes_per_us)
+        have = roofline(near[:4], at_rows, at_context, flops_per_us, bytes_per_us)
         return base * want / have if have > 0 else base
 
-    def nearest(self, shape: Shape) -> Shape:
+    def nearest(self, shape: Shape, launch: str = "") -> Key:
+        """The nearest shape of the op timed at ``launch``, else at the rule's launch, else any."""
         op = shape[0]
         same = [s for s in self.curves if s[0] == op]
         if not same:
@@ -146,7 +165,8 @@ class KernelTable:
                 f"hardware.kernel_table={self.source}: the table has no {op!r} kernels; "
                 f"it has: {', '.join(sorted({s[0] for s in self.curves}))}"
             )
-        return min(same, key=lambda s: (_distance(shape, s), s))
+        pool = [s for s in same if s[4] == launch] or [s for s in same if not s[4]] or same
+        return min(pool, key=lambda s: (_distance(shape, s[:4]), s))
 
 
 def equivalent(shape: Shape, near: Shape, rows: float, context: float) -> tuple[float, float]:
@@ -199,9 +219,10 @@ def format_table(rows: Iterable[tuple], headers: Iterable[str]) -> str:
     for line in headers:
         out.write(f"# {line}\n")
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for op, n, k, g, r, ctx, us in rows:
-        w.writerow([op, int(n), int(k), int(g), int(r), int(ctx), f"{float(us):.4g}"])
+    w.writerow((*COLUMNS, LAUNCH))
+    for op, n, k, g, r, ctx, us, *launch in rows:
+        launch = launch[0] if launch else ""
+        w.writerow([op, int(n), int(k), int(g), int(r), int(ctx), f"{float(us):.4g}", launch])
     return out.getvalue()
 
 
@@ -217,7 +238,7 @@ def load_table(path: str) -> KernelTable:
 
 @functools.lru_cache(maxsize=16)
 def _load(files: tuple[str, ...], _mtimes: tuple[int, ...], source: str) -> KernelTable:
-    points: dict[Shape, dict[tuple[int, int], list[float]]] = {}
+    points: dict[Key, dict[tuple[int, int], list[float]]] = {}
     headers: list[str] = []
     for name in files:
         text = Path(name).read_text()
@@ -232,7 +253,7 @@ def _load(files: tuple[str, ...], _mtimes: tuple[int, ...], source: str) -> Kern
     return KernelTable(curves=curves, headers=tuple(headers), source=source)
 
 
-def _parse(rec: dict, where: str) -> tuple[Shape, int, int, float]:
+def _parse(rec: dict, where: str) -> tuple[Key, int, int, float]:
     if set(COLUMNS) - set(rec):
         raise ConfigError(f"{where}: a kernel table needs the columns {','.join(COLUMNS)}")
     op = rec["op"]
@@ -245,7 +266,13 @@ def _parse(rec: dict, where: str) -> tuple[Shape, int, int, float]:
         raise ConfigError(f"{where}: n,k,g,rows,context must be integers and us a number") from None
     if r < 1 or min(n, k, g, ctx) < 0 or not (math.isfinite(us) and us > 0):
         raise ConfigError(f"{where}: rows must be >= 1, n/k/g/context >= 0, us finite and > 0")
-    return (op, n, k, g), r, ctx, us
+    launch = (rec.get(LAUNCH) or "").strip()
+    if launch and not (op == "decode_attention" and LAUNCH_NAME.fullmatch(launch)):
+        raise ConfigError(
+            f"{where}: launch={launch!r}: only decode_attention rows name a launch, as t<tile> "
+            "or t<tile>p<partition> (t128, t64p1024)"
+        )
+    return (op, n, k, g, launch), r, ctx, us
 
 
 def _curve(op: str, pts: dict[tuple[int, int], list[float]]) -> Curve:

@@ -66,11 +66,15 @@ class KernelCosts:
         self.kv_bytes_per_token = 2 * m.num_kv_heads * m.head_dim * m.dtype_bytes
         self.tile_share_bytes = hw.gpu.attention_tile_share_bytes
         self.has_copies = self.table.has("h2d") and self.table.has("d2h")
+        # decode attention timed per launch: a step is costed at the launch it runs
+        self.per_launch = self.table.has_launches("decode_attention")
         self._linear: dict[int, float] = {}
         self._lm_head: dict[int, float] = {}
 
-    def t(self, op: str, n: int, k: int, g: int, rows: float, context: float = 0) -> float:
-        return self.table.time_us(op, n, k, g, rows, context, **self.rates)
+    def t(
+        self, op: str, n: int, k: int, g: int, rows: float, context: float = 0, launch: str = ""
+    ) -> float:
+        return self.table.time_us(op, n, k, g, rows, context, launch=launch, **self.rates)
 
     def linear_us(self, rows: int) -> float:
         """Every layer's GEMMs and elementwise kernels over ``rows`` tokens, and the final norm."""
@@ -98,8 +102,10 @@ class KernelCosts:
             )
         return got
 
-    def decode_attention_us(self, rows: int, mean_context: float) -> float:
-        return self.layers * self.t("decode_attention", *self.attn_shape, rows, mean_context)
+    def decode_attention_us(self, rows: int, mean_context: float, launch: str = "") -> float:
+        return self.layers * self.t(
+            "decode_attention", *self.attn_shape, rows, mean_context, launch
+        )
 
     def tile_share(self, rows: int, tile: int, share: float) -> float:
         """The share of the decode kernel's time that grows per whole tile at ``rows`` requests:
@@ -109,14 +115,16 @@ class KernelCosts:
             return share
         return share / (1.0 + rows * self.kv_bytes_per_token * tile / self.tile_share_bytes)
 
-    def decode_rows_us(self, ctx: np.ndarray, tile: int, tile_share: float) -> float:
+    def decode_rows_us(
+        self, ctx: np.ndarray, tile: int, tile_share: float, launch: str = ""
+    ) -> float:
         """The paged decode kernel over requests of contexts ``ctx``: it reads live tokens only
         but computes whole tiles of ``tile`` tokens, so a share of its time (``tile_share``) is
         charged at each context rounded up to its tile (the table's contexts are tile multiples,
         where the two agree; between them the table is interpolated per token)."""
         rows = len(ctx)
         total = int(ctx.sum())
-        per_token = self.decode_attention_us(rows, total / rows)
+        per_token = self.decode_attention_us(rows, total / rows, launch)
         if not tile_share:
             return per_token
         tile_share = self.tile_share(rows, tile, tile_share)
@@ -124,24 +132,30 @@ class KernelCosts:
         if tiled == total:
             return per_token
         return (1.0 - tile_share) * per_token + tile_share * self.decode_attention_us(
-            rows, tiled / rows
+            rows, tiled / rows, launch
         )
 
     def prefill_attention_us(self, prompts: int, length: int) -> float:
         return self.layers * self.t("prefill_attention", *self.attn_shape, prompts, length)
 
     def attention_us(
-        self, batch, decode: bool, padded_groups: bool, tile: int = 128, tile_share: float = 0.0
+        self,
+        batch,
+        decode: bool,
+        padded_groups: bool,
+        tile: int = 128,
+        tile_share: float = 0.0,
+        launch: str = "",
     ) -> float:
         """Decode rows (``decode_rows_us``) and prompt chunks from position 0 (chunks after a
         cached prefix are costed by the caller's roofline)."""
         q, ctx = batch.query_lens, batch.context_lens
         if decode:
-            return self.decode_rows_us(np.asarray(ctx), tile, tile_share)
+            return self.decode_rows_us(np.asarray(ctx), tile, tile_share, launch)
         one = q == 1
         total = 0.0
         if one.any():
-            total += self.decode_rows_us(np.asarray(ctx[one]), tile, tile_share)
+            total += self.decode_rows_us(np.asarray(ctx[one]), tile, tile_share, launch)
         fresh = (q > 1) & (batch.start_pos == 0)
         if fresh.any():
             if padded_groups:  # one group padded to its longest chunk

@@ -30,7 +30,13 @@ import numpy as np
 
 from cbsim.config.schema import CbsimConfig
 from cbsim.costs.clock import settle_forward
-from cbsim.costs.decode_kernel import GraphTables, partition_tokens, table_width, tile_tokens
+from cbsim.costs.decode_kernel import (
+    GraphTables,
+    launch_name,
+    partition_tokens,
+    table_width,
+    tile_tokens,
+)
 from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
@@ -139,6 +145,18 @@ class CostModel:
             return tile_tokens(self.graph_table(padded, longest))
         return tile_tokens(table_width(longest, self.block_size))
 
+    def decode_launch(self, batch, padded: int | None) -> str:
+        """The decode kernel's launch (kernel_table's name) for a step's decode rows: a graph
+        step's over its replayed table at its padded rows, an eager step's over a table as wide
+        as the batch's longest request (io_slots.pack) at its decode rows."""
+        longest = int(batch.context_lens.max())
+        if padded is not None:
+            rows, width = padded, self.graph_table(padded, longest)
+        else:
+            rows = int(np.count_nonzero(batch.query_lens == 1))
+            width = table_width(longest, self.block_size)
+        return launch_name(tile_tokens(width), self.partition(max(rows, 1), width), width)
+
     def idle_slowdown_us(self, idle_us: float) -> float:
         """Extra time of a forward whose compute stream sat idle ``idle_us`` before it."""
         return self.idle_slowdown * idle_us if idle_us > 0 else 0.0
@@ -175,8 +193,9 @@ class CostModel:
             linear, lm_head = kc.linear_us(q_tokens), kc.lm_head_us(sampled)
             share = self.gpu.attention_tile_share
             tile = self.decode_tile(batch, padded_requests) if share else 128
+            launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
             attention = kc.attention_us(
-                batch, decode, self.gpu.attention_padded_groups, tile, share
+                batch, decode, self.gpu.attention_padded_groups, tile, share, launch
             )
             attention += 0.0 if decode else self.continuation_attention_us(batch)
         cost = self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
