@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from cbsim.costs.decode_kernel import LaunchRule
 
 from .kernels.paged_attention import paged_decode_attention_sdpa
 
@@ -186,8 +189,11 @@ def register() -> None:
     AttentionInterface.register(ATTN_NAME, paged_attention_forward)
 
 
-def load_decode_kernel(choice: str, device: torch.device) -> DecodeKernel | None:
-    """The decode kernel for mode.attention: "torch" none, "triton" required, "auto" if it loads."""
+def load_decode_kernel(
+    choice: str, device: torch.device, rule: LaunchRule | None = None
+) -> DecodeKernel | None:
+    """The decode kernel for mode.attention: "torch" none, "triton" required, "auto" if it loads;
+    launched by ``rule`` (engine.decode_launch; its default when None)."""
     if choice == "flex":
         raise ValueError(
             "mode.attention=flex is not implemented by the runtime; allowed: auto, torch, triton"
@@ -205,4 +211,4 @@ def load_decode_kernel(choice: str, device: torch.device) -> DecodeKernel | None
         return None
     if device.type != "cuda":
         raise ValueError("mode.attention=triton needs CUDA; allowed on a CPU: torch or auto")
-    return paged_decode_attention
+    return paged_decode_attention if rule is None else partial(paged_decode_attention, rule=rule)

@@ -13,6 +13,7 @@ KeyboardInterrupt whose `.trace` holds that partial trace, so the caller can sti
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -286,6 +287,8 @@ def other_data(
             config.engine.graph_width_classes and runner.decode_kernel is not None
         ),
         "graph_widths": {str(b): w for b, w in runner.graph_widths.items()},
+        # the Triton decode kernel's launch rule (engine.decode_launch); none: the torch path
+        "decode_launch": dataclasses.asdict(runner.launch_rule) if runner.decode_kernel else None,
         "io_slots": len(runner.slots),
         "tracing": config.mode.tracing,
         "interrupted": interrupted,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from cbsim.config.schema import CbsimConfig
-from cbsim.costs.decode_kernel import class_width, launch_classes
+from cbsim.costs.decode_kernel import LaunchRule, class_width, launch_classes
 
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .io_slots import (
@@ -120,7 +120,8 @@ class ModelRunner:
             "epilogues": built and mode.fuse_epilogues,
         }
         self.cache.fused = self.fused["epilogues"]
-        self.decode_kernel = load_decode_kernel(config.mode.attention, device)
+        self.launch_rule = LaunchRule(**dataclasses.asdict(config.engine.decode_launch))
+        self.decode_kernel = load_decode_kernel(config.mode.attention, device, self.launch_rule)
         self.block_size = w.kv_block_size
         # graph buckets: the configured sizes up to the first that holds a full batch
         sizes = sorted(set(config.engine.graph_batch_sizes))
@@ -158,12 +159,8 @@ class ModelRunner:
         the Triton decode kernel; the one width when another kernel runs the decode rows."""
         if self.decode_kernel is None:
             return [self.graph_width]
-        from .kernels.paged_attention import pick_partition, pick_tile
-
         kv_heads = self.shape["num_kv_heads"]
-        return launch_classes(
-            pick_tile, pick_partition, rows, kv_heads, self.graph_width, self.block_size
-        )
+        return launch_classes(self.launch_rule, rows, kv_heads, self.graph_width, self.block_size)
 
     # ------------------------------------------------------------------ host side
 

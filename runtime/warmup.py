@@ -48,7 +48,11 @@ def compile_decode_variants(runner: ModelRunner) -> None:
     kc, vc = cache.k[0], cache.v[0]
     hq = s["num_heads"]
     for rows, width in compiled_variants(
-        runner.max_outputs, s["num_kv_heads"], runner.graph_width, runner.block_size
+        runner.max_outputs,
+        s["num_kv_heads"],
+        runner.graph_width,
+        runner.block_size,
+        runner.launch_rule,
     ):
         q = torch.zeros(rows, hq, s["head_dim"], dtype=kc.dtype, device=runner.device)
         bt = torch.full((rows, width), cache.scratch_block, dtype=torch.int32, device=runner.device)

@@ -125,9 +125,14 @@ def test_every_efficiency_slows_its_term_only():
 
 
 def seed8192(**gpu):
-    """The h200_run2 seed_8192 shape: 32 x (256 + 8192), table 8448 tokens wide."""
+    """The h200_run2 seed_8192 shape: 32 x (256 + 8192), table 8448 tokens wide, with the
+    decode kernel's launch rule of that build."""
+    from cbsim.config.schema import DecodeLaunchConfig
+    from cbsim.costs.decode_kernel import RULE_BEFORE
+
     cfg = CbsimConfig()
     cfg.workload.prompt_len, cfg.workload.gen_len = 256, 8192
+    cfg.engine.decode_launch = DecodeLaunchConfig(**dataclasses.asdict(RULE_BEFORE))
     cfg.hardware.gpu = dataclasses.replace(cfg.hardware.gpu, **gpu)
     return CostModel(cfg)
 
@@ -205,8 +210,8 @@ def test_new_gpu_terms_are_validated(field):
 
     with pytest.raises(ConfigError, match=field):
         GpuCosts(**{field: -1.0})
-    with pytest.raises(ConfigError, match="attention_min_partition"):
-        GpuCosts(attention_min_partition=0)
+    with pytest.raises(ConfigError, match="attention_tile_share"):
+        GpuCosts(attention_tile_share=2.0)
     with pytest.raises(ConfigError, match="per_block_us"):
         HostCosts(update=PhaseCost(per_block_us=-1.0))
     with pytest.raises(ConfigError, match="launch_per_block_us"):

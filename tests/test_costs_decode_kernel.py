@@ -3,13 +3,18 @@ charged per token, and ``attention_tile_share`` of it per whole tile."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from cost_shapes import Shape
 from test_costs_walks import with_gpu
 from test_kernel_tables import config
 
 from cbsim.costs import CostModel
-from cbsim.costs.decode_kernel import table_width, tile_tokens
+from cbsim.config.schema import DecodeLaunchConfig
+from cbsim.costs.decode_kernel import RULE_BEFORE, LaunchRule, launch_classes, table_width
+
+BEFORE = DecodeLaunchConfig(**dataclasses.asdict(RULE_BEFORE))
 
 
 def attention(share: float, context: int, requests: int = 64) -> float:
@@ -19,9 +24,11 @@ def attention(share: float, context: int, requests: int = 64) -> float:
     return CostModel(cfg).forward(step, graph=True, carry_over=False).attention_us
 
 
-def test_tiles_follow_the_table_width_as_the_runtime_picks_them():
-    assert tile_tokens(table_width(384, 16)) == 128
-    assert tile_tokens(table_width(2048, 16)) == 128 and tile_tokens(table_width(2049, 16)) == 64
+def test_tiles_follow_the_table_width_as_the_rule_says():
+    rule = LaunchRule(**dataclasses.asdict(DecodeLaunchConfig()))
+    assert rule.tile(table_width(384, 16)) == 128 and rule.tile(table_width(8449, 16)) == 128
+    assert RULE_BEFORE.tile(table_width(2048, 16)) == 128
+    assert RULE_BEFORE.tile(table_width(2049, 16)) == 64
 
 
 def test_a_context_just_past_a_tile_pays_the_whole_tile_by_its_share():
@@ -59,6 +66,7 @@ def test_the_forward_fit_keeps_the_share_a_share():
 
 def test_a_graph_tiles_by_its_table_an_eager_step_by_its_own():
     cfg = config()
+    cfg.engine.decode_launch = BEFORE  # 64-token tiles past 2048 tokens of table
     cfg.workload = type(cfg.workload)(prompt_len=128, gen_len=4096)  # a 4224-token table
     step = Shape([1, 1], [300, 1000], kind="mixed")
     assert CostModel(cfg).decode_tile(step, padded=2) == 128  # its launch class: 1024 tokens
@@ -105,28 +113,42 @@ def test_a_negative_fall_is_refused():
         with_gpu(config(), attention_tile_share_bytes=-1.0)
 
 
-def test_graph_table_widths_mirror_the_runtime_kernels_launch_classes():
-    """The simulator's graph widths (the sim's mirror of the kernel's choices) are the runtime's
-    (runtime/runner.py, from paged_attention's own pick_tile and pick_partition)."""
-    pytest.importorskip("torch")
-    from cbsim.costs.decode_kernel import launch_classes
-    from cbsim.runtime.kernels.paged_attention import pick_partition, pick_tile
-
+def test_graph_table_widths_are_the_rules_launch_classes():
+    """The simulator's graph widths are the launch classes runtime/runner.py captures (the same
+    function over the same rule): at 32 requests the default rule launches one partition over
+    any table, captured per power of two of its width; the rule before it per tile, partition
+    and single-or-split launch."""
     cfg = config()
     cfg.workload = type(cfg.workload)(prompt_len=256, gen_len=8192)  # 528 blocks
+    for launch, expected in (
+        (DecodeLaunchConfig(), [8, 16, 32, 64, 128, 256, 512, 528]),
+        (BEFORE, [64, 128, 256, 512, 528]),
+    ):
+        cfg.engine.decode_launch = launch
+        cm = CostModel(cfg)
+        for rows in (1, 4, 16, 32, 128):
+            tops = launch_classes(cm.rule, rows, 8, 528, 16)
+            assert tops[-1] == 528
+            got = sorted({cm.graph_table(rows, ctx) // 16 for ctx in range(1, 8449, 7)} | {528})
+            assert got == tops, rows
+        assert launch_classes(cm.rule, 32, 8, 528, 16) == expected
+        # a step replays the narrowest that holds its longest request
+        widths = [cm.graph_table(32, c) for c in (1, 1024, 1025, 4096, 4097, 8448)]
+        assert widths[1:] == [1024, 2048, 4096, 8192, 8448]
+
+
+def test_a_split_launch_is_captured_per_power_of_two_of_its_splits():
+    """One request of 8 kv heads: 32 partitions aimed at, of at least 128 tokens (the default
+    rule); a graph's table is at most twice the splits its longest request uses, so the
+    splits past it stay few."""
+    cfg = config()
+    cfg.workload = type(cfg.workload)(prompt_len=256, gen_len=8192)
     cm = CostModel(cfg)
-    for rows in (1, 4, 16, 32, 128):
-        tops = launch_classes(pick_tile, pick_partition, rows, 8, 528, 16)
-        assert tops[-1] == 528
-        got = sorted({cm.graph_table(rows, ctx) // 16 for ctx in range(1, 8449, 7)} | {528})
-        assert got == tops, rows
-    assert launch_classes(pick_tile, pick_partition, 32, 8, 528, 16) == [64, 128, 256, 512, 528]
-    # a step replays the narrowest that holds its longest request
-    assert [cm.graph_table(32, c) for c in (1, 1024, 1025, 4096, 4097, 8448)] == [
+    assert cm.partition(1, 4096) == 128 and cm.partition(1, 8448) == 512
+    assert [cm.graph_table(1, c) for c in (100, 129, 300, 1000, 5000)] == [
+        128,
+        256,
+        512,
         1024,
-        1024,
-        2048,
-        4096,
         8192,
-        8448,
     ]

@@ -136,12 +136,18 @@ def test_bad_shapes_are_named():
 
 
 def test_pick_partition():
+    from cbsim.costs.decode_kernel import RULE_BEFORE
     from cbsim.runtime.kernels.paged_attention import pick_partition
 
-    assert pick_partition(32, 8, 8192) == 2048  # 4 partitions: 1024 programs
-    assert pick_partition(32, 8, 1024) == 1024  # one partition: no reduce
-    assert pick_partition(4, 8, 8192) == 1024  # never below 1024 tokens
-    assert pick_partition(32, 8, 16) == 1024
+    # the default rule: about 256 programs, partitions of at least 128 tokens
+    assert pick_partition(32, 8, 8192) == 8192  # 256 programs already: one partition
+    assert pick_partition(4, 8, 8192) == 1024  # 8 partitions: 256 programs
+    assert pick_partition(1, 8, 1024) == 128  # never below 128 tokens
+    assert pick_partition(32, 8, 16) == 128
+    # the rule before it: about 1024 programs, partitions of at least 1024 tokens
+    assert pick_partition(32, 8, 8192, rule=RULE_BEFORE) == 2048  # 4 partitions: 1024 programs
+    assert pick_partition(32, 8, 1024, rule=RULE_BEFORE) == 1024  # one partition: no reduce
+    assert pick_partition(4, 8, 8192, rule=RULE_BEFORE) == 1024  # never below 1024 tokens
 
 
 def test_get_decode_attention_on_cpu():

@@ -24,6 +24,8 @@ from cbsim.calibration.run_config import (
 )
 from cbsim.calibration.steps import forward_table, span_table, with_replayed_batches
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.schema import DecodeLaunchConfig
+from cbsim.costs.decode_kernel import RULE_BEFORE
 from cbsim.trace import Trace, TraceError, read_trace
 from cbsim.trace import schema as S
 from cbsim.trace.merge import is_merged
@@ -184,6 +186,7 @@ class Recorded:
             # one table width (the run's longest request's)
             classes = other.get("graph_width_classes")
             eng = dataclasses.replace(eng, graph_width_classes=classes is True)
+            eng = dataclasses.replace(eng, decode_launch=_decode_launch(other))
         return dataclasses.replace(cfg, engine=eng, mode=self._fused_mode(cfg.mode))
 
     def _fused_mode(self, mode):
@@ -259,3 +262,15 @@ def load(paths: list[Path], root: Path | None = None) -> list[Recorded]:
 def forward_steps(rec: Recorded) -> pd.DataFrame:
     """The run's forward table (cached on the run)."""
     return rec.forward
+
+
+def _decode_launch(other: dict) -> DecodeLaunchConfig:
+    """The decode kernel's launch rule the build ran (otherData.decode_launch), else the rule
+    of every build before it recorded one."""
+    got = other.get("decode_launch")
+    if isinstance(got, dict):
+        try:
+            return DecodeLaunchConfig(**got)
+        except (TypeError, ConfigError):
+            pass
+    return DecodeLaunchConfig(**dataclasses.asdict(RULE_BEFORE))

@@ -251,12 +251,8 @@ class GpuCosts:
     # KV token below 4096 context, 0.020 above, where the partition (4096 tokens) splits in two.
     # 0 = attention bound by bytes and FLOPs only
     attention_walk_us_per_token: float = 0.0
-    # pick_partition's rule: about this many programs at full table width, partitions of at
-    # least this many tokens (a power of two); the table is as wide as the longest request
-    attention_target_programs: int = 1024
-    attention_min_partition: int = 1024
-    # The decode kernel reads only live KV but computes whole tiles (pick_tile: 128 tokens for
-    # tables up to 2048 tokens, else 64): this share of its time grows per tile, the rest per
+    # The decode kernel reads only live KV but computes whole tiles (engine.decode_launch's
+    # tile): this share of its time grows per tile, the rest per
     # token. A kernel table times contexts at tile multiples, where the two agree; between them
     # this share is charged at each context rounded up to its tile (h200_run9: the decode step's
     # residual is a sawtooth in context mod the tile, largest just past a multiple). 0 = per token
@@ -303,8 +299,6 @@ class GpuCosts:
             "launch_queue_depth",
         ):
             check_range(f"hardware.gpu.{key}", getattr(self, key), 0, 1 << 20)
-        check_positive("hardware.gpu.attention_target_programs", self.attention_target_programs)
-        check_positive("hardware.gpu.attention_min_partition", self.attention_min_partition)
         check_range("hardware.gpu.attention_tile_share", self.attention_tile_share, 0.0, 1.0)
         check_non_negative(
             "hardware.gpu",

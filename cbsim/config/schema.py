@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbsim.config.decode_launch import DecodeLaunchConfig as DecodeLaunchConfig
 from cbsim.config.errors import ConfigError, check_choice, check_positive, check_range
 
 # the hardware group lives in cbsim/config/hardware.py; re-exported here with the other groups
@@ -179,6 +180,8 @@ class EngineConfig:
     # replays (its first launch, its tile); its kernel tables time each context at its own
     # width, so it does not charge a wide table's extra time
     graph_width_classes: bool = True
+    # how the Triton decode kernel launches over a table of a given width (both back ends)
+    decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())
 
     def __post_init__(self) -> None:
         check_choice("engine.name", self.name, ENGINES)

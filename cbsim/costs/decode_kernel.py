@@ -1,29 +1,47 @@
-"""The runtime's paged decode-attention kernel as the cost model sees it: its launch shape (KV
-tokens per tile, per split-K partition), chosen from the block table's width as
-runtime/kernels/paged_attention.py chooses them (pick_tile, pick_partition)."""
+"""The runtime's paged decode-attention kernel as both back ends see it: its launch shape (KV
+tokens per tile, per split-K partition), chosen from the block table's width by a rule
+(``engine.decode_launch``) that runtime/kernels/paged_attention.py launches with and the cost
+model prices."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
+from dataclasses import dataclass
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class LaunchRule:
+    """Tiles of 128 KV tokens (64 from ``small_tile_from`` tokens of table; 0: never); about
+    ``target_programs`` programs (request x kv head x partition) at full table width, in
+    partitions of a power of two of at least ``min_partition`` tokens; graphs captured per
+    power-of-two split count too (``split_classes``), else per single-or-split launch."""
+
+    target_programs: int
+    min_partition: int
+    small_tile_from: int
+    split_classes: bool = True
+
+    def tile(self, width: int) -> int:
+        return 64 if self.small_tile_from and width >= self.small_tile_from else 128
+
+    def partition(self, rows: int, kv_heads: int, width: int, tile: int | None = None) -> int:
+        tile = self.tile(width) if tile is None else tile
+        splits = max(1, -(-self.target_programs // max(1, rows * kv_heads)))
+        return max(next_pow2(-(-width // splits)), self.min_partition, tile)
+
+
+# the rule of every build before engine.decode_launch (recordings without otherData.decode_launch):
+# 128-token tiles up to 2048 tokens of table, about 1024 programs, partitions of >= 1024 tokens
+RULE_BEFORE = LaunchRule(1024, 1024, small_tile_from=2049, split_classes=False)
 
 
 def table_width(longest: int, block_size: int) -> int:
     """KV tokens of a block table holding ``longest`` tokens (whole blocks)."""
     return max(1, -(-int(longest) // block_size)) * block_size
-
-
-def tile_tokens(width: int) -> int:
-    """pick_tile: 128-token tiles for tables up to 2048 tokens, 64 beyond."""
-    return 128 if width <= 2048 else 64
-
-
-def partition_tokens(gpu, width: int, rows: int, kv_heads: int) -> int:
-    """pick_partition: about ``attention_target_programs`` programs at full width, partitions
-    of at least ``attention_min_partition`` tokens, a power of two, never below a tile."""
-    splits = max(1, -(-gpu.attention_target_programs // max(1, rows * kv_heads)))
-    part = 1 << max(0, -(-width // splits) - 1).bit_length()
-    return max(part, gpu.attention_min_partition, tile_tokens(width))
 
 
 def launch_name(tile: int, partition: int, width: int) -> str:
@@ -32,27 +50,21 @@ def launch_name(tile: int, partition: int, width: int) -> str:
     return f"t{tile}" if partition >= width else f"t{tile}p{partition}"
 
 
-def launch_classes(
-    tile: Callable[[int], int],
-    partition: Callable[[int, int, int, int], int],
-    rows: int,
-    kv_heads: int,
-    max_blocks: int,
-    block_size: int,
-) -> list[int]:
+def launch_classes(rule: LaunchRule, rows: int, kv_heads: int, max_blocks: int, block_size: int):
     """The block-table widths (in blocks) a graph of ``rows`` requests is captured at when each
     decode-kernel launch gets its own: the widest table of each run of widths with the same tile,
-    partition and single-or-split launch. A step replays the narrowest that holds its longest
-    request, so its kernel runs as it would with a table as wide as that request (as the kernel
-    tables time it). ``tile(width)`` and ``partition(rows, kv_heads, width, tile)`` are the
-    kernel's choices, from a width in tokens."""
+    partition and power-of-two split count. A step replays the narrowest that holds its longest
+    request, so its kernel runs about as it would with a table as wide as that request (as the
+    kernel tables time it): within a class the splits past a request's context are at most
+    half of them, and exit at once."""
     tops: list[int] = []
     prev = None
     for blocks in range(1, max(1, max_blocks) + 1):
         width = blocks * block_size
-        t = tile(width)
-        p = partition(rows, kv_heads, width, t)
-        key = (t, p, width <= p)
+        t = rule.tile(width)
+        p = rule.partition(rows, kv_heads, width, t)
+        splits = -(-width // p)
+        key = (t, p, next_pow2(splits) if rule.split_classes else splits == 1)
         if prev is not None and key != prev:
             tops.append(blocks - 1)
         prev = key
@@ -70,23 +82,24 @@ class GraphTables:
     """Which block table a replayed decode graph has, as runtime/runner.py captures them: one
     per launch class of the kernel up to the run's widest table (``classes``), else the widest."""
 
-    def __init__(self, gpu, kv_heads: int, block_size: int, classes: bool) -> None:
-        self.gpu, self.kv_heads, self.block_size, self.classes = gpu, kv_heads, block_size, classes
-        self._tops: dict[int, list[int]] = {}
+    def __init__(self, rule: LaunchRule, kv_heads: int, block_size: int, classes: bool) -> None:
+        self.rule, self.kv_heads, self.block_size, self.classes = (
+            rule,
+            kv_heads,
+            block_size,
+            classes,
+        )
+        self._tops: dict[tuple[int, int], list[int]] = {}
 
     def width(self, rows: int, longest: int, widest: int) -> int:
         """Tokens of the table a graph of ``rows`` requests replays for a step whose longest
         request has ``longest`` tokens, the run's widest table being ``widest`` tokens."""
         if not self.classes:
             return widest
-        tops = self._tops.get(rows)
+        key = (rows, widest)
+        tops = self._tops.get(key)
         if tops is None:
-            tops = self._tops[rows] = launch_classes(
-                tile_tokens,
-                lambda r, kvh, w, _t: partition_tokens(self.gpu, w, r, kvh),
-                rows,
-                self.kv_heads,
-                widest // self.block_size,
-                self.block_size,
+            tops = self._tops[key] = launch_classes(
+                self.rule, rows, self.kv_heads, widest // self.block_size, self.block_size
             )
         return class_width(tops, -(-int(longest) // self.block_size)) * self.block_size

@@ -9,7 +9,7 @@ achieved FLOP/s, bytes / achieved bandwidth), achieved = peak x that kind's effi
   elementwise traffic at the same bandwidth; the LM head over the sampled rows only;
 - attention: the KV each request reads (padded to ``attention_kv_pad``) plus the new K/V; FLOPs
   4 x heads x head_dim x layers x sum(q x mean context); decode adds ``attention_walk_us_per_token``
-  x min(longest decode context, the split-K partition ``pick_partition`` picks);
+  x min(longest decode context, the split-K partition of ``engine.decode_launch``);
 - ``forward_fixed_us``, one gap per kernel (eager or graph node; ``step_kernels`` counts them by
   the step's attention groups), ``carry_over_us``; ``idle_slowdown`` x the stream's idle before.
 
@@ -24,32 +24,21 @@ per block, ``copy_launch_us`` per copy, ``event_us`` per event op.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import numpy as np
 
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.buffer_bytes import BufferBytes
 from cbsim.costs.clock import settle_forward
-from cbsim.costs.decode_kernel import (
-    GraphTables,
-    launch_name,
-    partition_tokens,
-    table_width,
-    tile_tokens,
-)
+from cbsim.costs.decode_kernel import GraphTables, LaunchRule, launch_name, table_width
 from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
 from cbsim.costs.kernels import KernelCosts
 
-INT64, INT32 = 8, 4
-# per-request int32 metadata in every batch: start position, context length, query length
-REQUEST_META_BYTES = 3 * INT32
-# per-sampled-request bytes: logits index (int32) + carry-over index (int32)
-SAMPLE_META_BYTES = 2 * INT32
 
-
-class CostModel:
+class CostModel(BufferBytes):
     """Durations for one configuration; precomputes the per-model constants once."""
 
     def __init__(self, config: CbsimConfig, max_context: int | None = None) -> None:
@@ -100,7 +89,8 @@ class CostModel:
         self._partitions: dict[tuple[int, int], int] = {}
         # a graph per decode-kernel launch class (engine.graph_width_classes; the Triton kernel)
         classes = config.engine.graph_width_classes and config.mode.attention != "torch"
-        self.graph_tables = GraphTables(g, self.kv_heads, self.block_size, classes)
+        self.rule = LaunchRule(**dataclasses.asdict(config.engine.decode_launch))
+        self.graph_tables = GraphTables(self.rule, self.kv_heads, self.block_size, classes)
         # step-to-step host speed, only in a band's draws (host_jitter.py)
         sp = hw.host.spread
         self.jitter = HostJitter(sp.within_run, sp.seed) if sp.jitter and sp.within_run else None
@@ -128,7 +118,7 @@ class CostModel:
         width = table_width(self.max_context, self.block_size) if width is None else width
         key = (rows, width)
         if key not in self._partitions:
-            self._partitions[key] = partition_tokens(self.gpu, width, rows, self.kv_heads)
+            self._partitions[key] = self.rule.partition(rows, self.kv_heads, width)
         return self._partitions[key]
 
     def graph_table(self, rows: int, longest: int) -> int:
@@ -137,25 +127,23 @@ class CostModel:
         widest = table_width(self.max_context, self.block_size)
         return self.graph_tables.width(rows, longest, widest)
 
-    def decode_tile(self, batch, padded: int | None) -> int:
-        """The decode kernel's KV tile: a graph step's (``padded`` rows) from its replayed table,
-        an eager step's from its own longest request."""
+    def decode_table(self, batch, padded: int | None) -> tuple[int, int]:
+        """(rows, table width) the decode kernel launches over: a graph step's ``padded`` rows
+        over its replayed table, an eager step's decode rows over a table as wide as the
+        batch's longest request (io_slots.pack)."""
         longest = int(batch.context_lens.max())
         if padded is not None:
-            return tile_tokens(self.graph_table(padded, longest))
-        return tile_tokens(table_width(longest, self.block_size))
+            return padded, self.graph_table(padded, longest)
+        rows = int(np.count_nonzero(batch.query_lens == 1))
+        return max(rows, 1), table_width(longest, self.block_size)
+
+    def decode_tile(self, batch, padded: int | None) -> int:
+        return self.rule.tile(self.decode_table(batch, padded)[1])
 
     def decode_launch(self, batch, padded: int | None) -> str:
-        """The decode kernel's launch (kernel_table's name) for a step's decode rows: a graph
-        step's over its replayed table at its padded rows, an eager step's over a table as wide
-        as the batch's longest request (io_slots.pack) at its decode rows."""
-        longest = int(batch.context_lens.max())
-        if padded is not None:
-            rows, width = padded, self.graph_table(padded, longest)
-        else:
-            rows = int(np.count_nonzero(batch.query_lens == 1))
-            width = table_width(longest, self.block_size)
-        return launch_name(tile_tokens(width), self.partition(max(rows, 1), width), width)
+        """The decode kernel's launch, as kernel tables name it."""
+        rows, width = self.decode_table(batch, padded)
+        return launch_name(self.rule.tile(width), self.partition(rows, width), width)
 
     def idle_slowdown_us(self, idle_us: float) -> float:
         """Extra time of a forward whose compute stream sat idle ``idle_us`` before it."""
@@ -342,20 +330,6 @@ class CostModel:
         (kernel_count.py)."""
         return step_kernels(self.gpu, self.kernels, self.layers, batch, decode)
 
-    # ---- copies ----------------------------------------------------------------------------
-    def h2d_bytes(self, query_tokens: int, requests: int, sampled: int, kv_blocks: int) -> int:
-        """Input ids (int64) and positions (int32) per token, per-request metadata, block tables,
-        logits and carry-over indices."""
-        return (
-            query_tokens * (INT64 + INT32)
-            + requests * REQUEST_META_BYTES
-            + kv_blocks * INT32
-            + sampled * SAMPLE_META_BYTES
-        )
-
-    def d2h_bytes(self, sampled: int) -> int:
-        return sampled * INT64  # the sampled token ids
-
     def h2d_us(self, nbytes: int) -> float:
         if self.table_copies:
             return self.kernel_costs.copy_us("h2d", nbytes)
@@ -397,22 +371,3 @@ class CostModel:
             + h.copy_launch_us * copies
             + h.event_us * event_ops
         )
-
-    # ---- memory ----------------------------------------------------------------------------
-    def io_slot_bytes(self, max_requests: int, max_tokens: int, max_context: int) -> int:
-        """One IO slot: pinned host buffer + device buffer of the largest batch's inputs, plus
-        the sampled-token output buffer on both sides."""
-        max_blocks = math.ceil(max_context / self.block_size)
-        inputs = self.h2d_bytes(max_tokens, max_requests, max_requests, max_blocks * max_requests)
-        return 2 * (inputs + self.d2h_bytes(max_requests))
-
-    def graph_pool_bytes_per_slot(self, max_requests: int) -> int:
-        """Activation workspace of the largest decode graph a batch of ``max_requests`` replays
-        (graphs of every size share it, as they never replay at once): hidden states, q/k/v and
-        MLP intermediates in the model dtype, logits in the model dtype plus their fp32 copy for
-        sampling, per padded row. (The runtime measured 24 MiB for 8B at 32 rows; this: 28 MiB.)"""
-        rows = self.graph_size(max_requests) or self.graph_sizes[-1]
-        m = self.model
-        h, kv = m.hidden_size, m.num_kv_heads * m.head_dim
-        per_row = m.dtype_bytes * (6 * h + 2 * kv + 3 * m.intermediate_size + m.vocab_size)
-        return rows * (per_row + 4 * m.vocab_size)

@@ -200,6 +200,23 @@ MATRIX["classes_b"] = {
     "3b_64x256+1536": (shape("llama3_3b", 64, 256, 1536), 16),
     "8b_poisson_16": (poisson("llama3_8b", 16, 48, 2.0, 512, 1536), 30),
 }
+# the decode kernel's launch rule of engine.decode_launch (partitions for few requests, one
+# 128-token-tile partition for many): shapes never recorded, most at the batches where the
+# rule moved the kernel most (1-16 requests) or where the tables gained rows (48, 96, 192),
+# predicted before their calls; two calls, each with the reference workload
+MATRIX["rule_a"] = {
+    "8b_4x512+2048": (shape("llama3_8b", 4, 512, 2048), 20),
+    "1b_48x256+2560": (shape("llama3_1b", 48, 256, 2560), 14),
+    "3b_2x1024+1536": (shape("llama3_3b", 2, 1024, 1536), 14),
+    "q7b_12x256+2048": (shape("qwen2_5_7b", 12, 256, 2048), 16),
+    "1b_192x128+1024": (shape("llama3_1b", 192, 128, 1024), 12),
+}
+MATRIX["rule_b"] = {
+    "8b_16x256+3072": (shape("llama3_8b", 16, 256, 3072), 26),
+    "3b_96x256+1280": (shape("llama3_3b", 96, 256, 1280), 14),
+    "1b_1x512+3072": (shape("llama3_1b", 1, 512, 3072), 12),
+    "8b_poisson_8": (poisson("llama3_8b", 8, 24, 1.5, 512, 1024), 24),
+}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
 
 

@@ -24,6 +24,7 @@ loads on machines without triton or CUDA.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -31,13 +32,13 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-# Split-K partitioning ("auto"), from the H200 sweep in experiments/perf-notes.md (B=32, Hkv=8):
-# at 1K context one partition per (request, kv head) beat four (the reduce costs more than it
-# brings); at 8K four partitions (1024 programs) beat one (256) by 15% and sixteen by 4%. So aim at
-# about TARGET_PROGRAMS programs, never cutting partitions below MIN_PARTITION tokens.
-TARGET_PROGRAMS = 1024
-MIN_PARTITION = 1024
-DEFAULT_BLOCK_N = 64
+from cbsim.config.schema import DecodeLaunchConfig
+from cbsim.costs.decode_kernel import LaunchRule
+
+# The launch rule ("auto": tile and split-K partition from the table width) is shared with the
+# cost model and configured as engine.decode_launch (cbsim/costs/decode_kernel.py); this is its
+# default, chosen from the H200 kernel tables (experiments/kernels/partition_rule/).
+DEFAULT_RULE = LaunchRule(**dataclasses.asdict(DecodeLaunchConfig()))
 
 DecodeAttention = Callable[..., torch.Tensor]
 
@@ -95,6 +96,7 @@ def paged_decode_attention(
     num_warps: int = 4,
     num_stages: int | None = None,
     out: torch.Tensor | None = None,
+    rule: LaunchRule = DEFAULT_RULE,
 ) -> torch.Tensor:
     """The Triton paged decode-attention kernel (see the module docstring for shapes).
 
@@ -103,7 +105,7 @@ def paged_decode_attention(
     partitions is ceil(max_blocks * block_size / partition_size): static, so graph capture sees
     fixed shapes, and partitions past a request's context exit at once.
     block_n: tokens per tile; "auto" = `pick_tile` (from the table width). num_stages: None = 3
-    for 64-token tiles, 2 for larger.
+    for 64-token tiles, 2 for larger. rule: the launch rule "auto" follows.
     """
     tk = _triton_kernels()
     B, Hq, Hkv, D, block_size = _check(q, k_cache, v_cache, block_tables, context_lens)
@@ -120,7 +122,7 @@ def paged_decode_attention(
     G = Hq // Hkv
     max_ctx = block_tables.shape[1] * block_size
     if block_n == "auto":
-        block_n = pick_tile(max_ctx)
+        block_n = pick_tile(max_ctx, rule)
         if isinstance(partition_size, int):
             block_n = min(block_n, partition_size)
     if num_stages is None:
@@ -128,7 +130,7 @@ def paged_decode_attention(
     if partition_size is None:
         partition = max(block_n, triton_next_pow2(max_ctx))
     elif partition_size == "auto":
-        partition = pick_partition(B, Hkv, max_ctx, block_n)
+        partition = pick_partition(B, Hkv, max_ctx, block_n, rule)
     else:
         if partition_size % block_n:
             raise ValueError(
@@ -193,23 +195,24 @@ def paged_decode_attention(
     return out
 
 
-def pick_tile(max_ctx: int) -> int:
-    """Tokens per tile from the static table width, per the H200 sweep (B=32, perf-notes.md):
-    128-token tiles were 10-12% faster at 256 and 1K context, 64-token tiles 2-3% faster at 4K and
-    8K (fewer registers, more programs resident while the loads are in flight)."""
-    return 128 if max_ctx <= 2048 else 64
+def pick_tile(max_ctx: int, rule: LaunchRule = DEFAULT_RULE) -> int:
+    """Tokens per tile from the static table width (``rule.tile``)."""
+    return rule.tile(max_ctx)
 
 
-def pick_partition(batch: int, kv_heads: int, max_ctx: int, block_n: int = DEFAULT_BLOCK_N) -> int:
-    """Tokens per partition for a static (batch, kv heads, table width): about TARGET_PROGRAMS
-    programs at full context, partitions of at least MIN_PARTITION tokens, a power of two."""
-    want_splits = max(1, -(-TARGET_PROGRAMS // max(1, batch * kv_heads)))
-    partition = triton_next_pow2(-(-max_ctx // want_splits))
-    return max(partition, MIN_PARTITION, block_n)
+def pick_partition(
+    batch: int,
+    kv_heads: int,
+    max_ctx: int,
+    block_n: int | None = None,
+    rule: LaunchRule = DEFAULT_RULE,
+) -> int:
+    """Tokens per partition for a static (batch, kv heads, table width) (``rule.partition``)."""
+    return rule.partition(batch, kv_heads, max_ctx, block_n)
 
 
 def compiled_variants(
-    max_rows: int, kv_heads: int, max_width: int, block_size: int
+    max_rows: int, kv_heads: int, max_width: int, block_size: int, rule: LaunchRule = DEFAULT_RULE
 ) -> list[tuple[int, int]]:
     """One (rows, table width) per kernel variant Triton compiles for batches of up to
     ``max_rows`` requests and tables up to ``max_width`` blocks: the constexprs (tile, partition,
@@ -221,8 +224,8 @@ def compiled_variants(
     for rows in range(1, max_rows + 1):
         for width in range(1, max_width + 1):
             max_ctx = width * block_size
-            tile = pick_tile(max_ctx)
-            partition = pick_partition(rows, kv_heads, max_ctx, tile)
+            tile = pick_tile(max_ctx, rule)
+            partition = pick_partition(rows, kv_heads, max_ctx, tile, rule)
             splits = max(1, -(-max_ctx // partition))
             key = (
                 tile,
