@@ -3,6 +3,8 @@ experiments/runtime/): async == sync == generate, graphs, streams and the shared
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,8 @@ pytestmark = [
 
 from test_runtime_sync import CASES, assert_same_tokens, reference_tokens  # noqa: E402
 
+from cbsim.config.schema import DecodeLaunchConfig  # noqa: E402
+from cbsim.costs.decode_kernel import LaunchRule, launch_classes  # noqa: E402
 from cbsim.runtime.engine import execute  # noqa: E402
 from cbsim.trace import schema as S  # noqa: E402
 from cbsim.trace import validate  # noqa: E402
@@ -106,8 +110,13 @@ def test_graphs_per_table_width_replay_the_tokens_of_one_width(config_factory):
     }
     classes, one = (runs[on].trace.other_data for on in ("true", "false"))
     assert classes["graph_width_classes"] is True and one["graph_width_classes"] is False
-    assert classes["graph_widths"]["4"] == [64, 67]  # 1024 tokens, and 1064 in 16-token blocks
+    # the rule's launch classes up to 1064 tokens (67 blocks), 1024 tokens (64) among them
+    rule = LaunchRule(**dataclasses.asdict(DecodeLaunchConfig()))
+    kv_heads = config_factory(over).model.num_kv_heads
+    widths = {b: launch_classes(rule, b, kv_heads, 67, 16) for b in (1, 2, 4)}
+    assert classes["graph_widths"]["4"] == widths[4] and widths[4][-2:] == [64, 67]
     assert one["graph_widths"]["4"] == [67]
-    assert classes["memory"]["graphs"] == 2 * one["memory"]["graphs"]
+    per_width = one["memory"]["graphs"] // 3  # graphs of one bucket at one width (its slots)
+    assert classes["memory"]["graphs"] == per_width * sum(len(w) for w in widths.values())
     assert runs["true"].summary["graph_steps"] == runs["false"].summary["graph_steps"] > 0
     assert_same_tokens(runs["true"], runs["false"].outputs)
