@@ -257,6 +257,11 @@ class GpuCosts:
     # this share is charged at each context rounded up to its tile (h200_run9: the decode step's
     # residual is a sawtooth in context mod the tile, largest just past a multiple). 0 = per token
     attention_tile_share: float = 0.0
+    # Every kernel-table time (GEMMs, elementwise, attention) times this: a table carries the
+    # speed of the machine it was timed on, and machines of one kind differ (the H200 tables of
+    # 2026-12-01 and -02, two machines: decode attention x1.009 median, p10-p90 0.975-1.024;
+    # GEMMs 0.970-1.023). Calibration fits it on the recordings' machines; 1 = as timed
+    kernel_table_scale: float = 1.0
     # The share falls as a tile's KV bytes over the batch grow (the kernel then bound by bytes,
     # per token): attention_tile_share / (1 + rows x kv heads x head_dim x tile x 2 x dtype bytes
     # / this), one layer. 0 = the same share at every batch
@@ -300,6 +305,7 @@ class GpuCosts:
         ):
             check_range(f"hardware.gpu.{key}", getattr(self, key), 0, 1 << 20)
         check_range("hardware.gpu.attention_tile_share", self.attention_tile_share, 0.0, 1.0)
+        check_range("hardware.gpu.kernel_table_scale", self.kernel_table_scale, 0.1, 10.0)
         check_non_negative(
             "hardware.gpu",
             self,

@@ -103,9 +103,19 @@ class KernelCosts:
         return got
 
     def decode_attention_us(self, rows: int, mean_context: float, launch: str = "") -> float:
-        return self.layers * self.t(
-            "decode_attention", *self.attn_shape, rows, mean_context, launch
-        )
+        """All layers' decode attention at ``launch``. A split launch's rows start at a context
+        of one partition (profile_kernels.decode_launches); below it the requests fit in fewer
+        partitions than the table has: the one-partition kernel over their context plus what
+        the split added where it was first timed (the empty partitions exit, the reduce runs)."""
+        t = self.t("decode_attention", *self.attn_shape, rows, mean_context, launch)
+        tile, _, part = launch.partition("p")
+        if part and self.per_launch and mean_context < int(part):
+            at, first = self.attn_shape, int(part)
+            extra = self.t("decode_attention", *at, rows, first, launch) - self.t(
+                "decode_attention", *at, rows, first, tile
+            )
+            t = self.t("decode_attention", *at, rows, mean_context, tile) + max(extra, 0.0)
+        return self.layers * t
 
     def tile_share(self, rows: int, tile: int, share: float) -> float:
         """The share of the decode kernel's time that grows per whole tile at ``rows`` requests:

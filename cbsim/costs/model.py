@@ -185,6 +185,8 @@ class CostModel(BufferBytes):
             attention = kc.attention_us(
                 batch, decode, self.gpu.attention_padded_groups, tile, share, launch
             )
+            s = self.gpu.kernel_table_scale  # the table's machine against the one costed
+            linear, lm_head, attention = linear * s, lm_head * s, attention * s
             attention += 0.0 if decode else self.continuation_attention_us(batch)
         cost = self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
         if self.gpu.clock.throttles:
