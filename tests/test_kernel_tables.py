@@ -214,3 +214,30 @@ def test_the_kernels_profile_simulates_each_model_shape(model):
     assert cfg.hardware.kernel_table == "experiments/kernels/h200"
     sync, async_ = (compute_metrics(run(cfg, e)) for e in ("sync", "async"))
     assert 0 < async_["total_time_s"] <= sync["total_time_s"]
+
+
+def test_a_step_is_costed_at_the_launch_its_rule_picks(tmp_path):
+    """A v2 table times decode attention per launch: the cost model looks up the launch the
+    rule picks over the step's table (one partition at 32 requests, 128-token partitions at
+    one request of the 8B shape's 8 kv heads), and below a split launch's first timed context
+    charges the one-partition kernel plus the split's overhead measured there."""
+    from cbsim.costs.kernels import KernelCosts
+
+    rows: list[tuple] = []
+    att = [(b, c, "t128", 1.0 * c) for b in (1, 32) for c in (128, 256, 512)]
+    att += [(b, c, "t128p128", 0.5 * c + 10.0) for b in (1, 32) for c in (128, 256, 512)]
+    att += [(b, c, "t128p256", 1.0 * c + 20.0) for b in (1, 32) for c in (256, 512)]
+    rows += [("decode_attention", 32, 128, 8, b, c, us, name) for b, c, name, us in att]
+    path = tmp_path / "t.csv"
+    path.write_text(format_table(rows, ["test"]))
+    cfg = config(str(path))
+    cfg.workload = type(cfg.workload)(prompt_len=256, gen_len=256)  # a 512-token table
+    cm = CostModel(cfg)
+    kc = KernelCosts(cfg)
+    one = Shape([1], [512])
+    assert cm.decode_launch(one, padded=1) == "t128p128"
+    assert cm.decode_launch(Shape([1] * 32, [512] * 32), padded=32) == "t128"
+    layers = cfg.model.num_layers
+    assert kc.decode_attention_us(1, 512, "t128p128") == pytest.approx(layers * 266.0)
+    # 200 tokens in 256-token partitions: the one-partition kernel + (276 - 256) at 256
+    assert kc.decode_attention_us(1, 200, "t128p256") == pytest.approx(layers * (200.0 + 20.0))
