@@ -68,3 +68,11 @@ def checkpoint_facts(cfg: ModelConfig, model: torch.nn.Module | None = None) -> 
         "max_position_embeddings": int(hf.max_position_embeddings),
         "eos_token_id": eos,
     }
+
+
+def select_blas(choice: str, device: torch.device) -> str:
+    """Point torch's GEMMs at ``choice`` (mode.blas) on CUDA; returns the library in use."""
+    if device.type != "cuda":
+        return "none"
+    torch.backends.cuda.preferred_blas_library(choice)
+    return str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1].lower()

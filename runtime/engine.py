@@ -277,6 +277,7 @@ def other_data(
         },
         "counters": summary,
         "attention": "triton" if runner.decode_kernel else "torch",
+        "blas": runner.blas,  # mode.blas: the library torch's GEMMs went to
         "cuda_graphs": bool(runner.buckets),
         # what the build fused (mode.fuse_*; CUDA only): the simulator counts the same kernels
         "fused": runner.fused,

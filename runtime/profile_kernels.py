@@ -31,6 +31,7 @@ from cbsim.costs.kernel_table import write_table
 from cbsim.costs.kernels import gemm_shapes
 
 from .attention import AttnMeta, decode_torch, prefill_fresh
+from .device_info import select_blas
 from .profile_elementwise import dtype_of, profile_elementwise
 
 log = logging.getLogger("cbsim")
@@ -300,6 +301,7 @@ def run_profile(config: CbsimConfig, run_dir: Path, command: str = "") -> dict[s
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"mode.device={config.mode.device}: no CUDA device is visible")
     torch.manual_seed(config.workload.seed)
+    blas = select_blas(config.mode.blas, dev)  # the GEMMs as the runtime's mode.blas runs them
     t0 = time.monotonic()
     timer, dt = Timer(dev, grid.target_ms, t0 + grid.max_seconds), dtype_of(config)
     path = (Path(grid.out) if grid.out else Path(run_dir)) / f"{grid.name or config.model.name}.csv"
@@ -318,7 +320,8 @@ def run_profile(config: CbsimConfig, run_dir: Path, command: str = "") -> dict[s
                 len(rows) - before,
                 time.monotonic() - t0,
             )
-            write_table(path, rows, _headers(config, dev, command, timer, t0, grid, short))
+            headers = _headers(config, dev, command, timer, t0, grid, short)
+            write_table(path, rows, [*headers, f"blas: {blas}"])
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
     log.info("kernel table: %s (%d kernels)", path, len(rows))

@@ -24,6 +24,7 @@ from cbsim.config.schema import CbsimConfig
 from cbsim.costs.decode_kernel import LaunchRule, class_width, launch_classes
 
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
+from .device_info import select_blas
 from .io_slots import (
     SECTIONS,
     IOSlot,
@@ -99,6 +100,7 @@ class ModelRunner:
     ) -> None:
         w = config.workload
         self.device = device
+        self.blas = select_blas(config.mode.blas, device)  # before any GEMM is captured
         self.model = runtime_model(config, device, model)
         self.shape = model_shape(self.model)
         s = self.shape

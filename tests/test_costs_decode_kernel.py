@@ -10,8 +10,8 @@ from cost_shapes import Shape
 from test_costs_walks import with_gpu
 from test_kernel_tables import config
 
-from cbsim.costs import CostModel
 from cbsim.config.schema import DecodeLaunchConfig
+from cbsim.costs import CostModel
 from cbsim.costs.decode_kernel import RULE_BEFORE, LaunchRule, launch_classes, table_width
 
 BEFORE = DecodeLaunchConfig(**dataclasses.asdict(RULE_BEFORE))

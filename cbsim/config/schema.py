@@ -61,6 +61,10 @@ class ModeConfig:
     # (4 kernels fewer per layer; experiments/perf-notes.md). A recording says whether its build
     # did: otherData.fused, else its manifest's fused_epilogues
     fuse_epilogues: bool = True
+    # runtime on CUDA only: the BLAS library torch's GEMMs go to (torch.backends.cuda.
+    # preferred_blas_library): cublas, torch's default; cublaslt (other kernels for the
+    # decode step's few-row GEMMs). A recording says which (otherData.blas)
+    blas: str = "cublas"
     # sim only: P5 / median / P95 of total time, GPU idle and async speedup (cbsim.bands; 2 x
     # hardware.host.spread.draws more simulations): auto = for a single run whose profile has a
     # spread, not inside sweep jobs; true = always; false = never. A measurement has no band
@@ -82,6 +86,7 @@ class ModeConfig:
                 "mode.attention=triton needs CUDA; allowed with mode.device=cpu: torch or auto"
             )
         check_range("mode.warmup_steps", self.warmup_steps, 0, 1000)
+        check_choice("mode.blas", self.blas, ("cublas", "cublaslt"))
 
 
 @dataclass
