@@ -20,7 +20,8 @@ PATTERN = "h200_run*/**/ref_8b_16x512+256/trace_*.json.gz"
 def build(cfg) -> str:
     """The runtime build a recording ran (as the simulator reads it from the trace/manifest)."""
     fused = "fused" if cfg.mode.fuse_epilogues else "unfused"
-    return fused + (", width classes" if cfg.engine.graph_width_classes else "")
+    rule = ", launch rule" if cfg.engine.decode_launch.min_partition != 1024 else ""
+    return fused + (", width classes" if cfg.engine.graph_width_classes else "") + rule
 
 
 def main() -> None:
