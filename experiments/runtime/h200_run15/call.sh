@@ -1,18 +1,4 @@
 #!/usr/bin/env bash
-# One device call of h200_run15: parts of experiments/runtime/cases.py through
-# experiments/runtime/clock_part_call.sh, each part's outputs in $OUT/PART, all in one archive
-# ($OUT/run15.tgz: a device call brings back a handful of files only).
+# One device call of h200_run15: experiments/runtime/parts_call.sh into $OUT/run15.tgz.
 #   bash experiments/runtime/h200_run15/call.sh PART[:LIMIT] ...    (repo root, wheels in .whl)
-set -uo pipefail
-OUT=${OUT:-/tmp/out}
-parts=()
-for spec in "$@"; do
-  part=${spec%%:*}
-  limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=90
-  LIMIT=$limit bash experiments/runtime/clock_part_call.sh "$part" 2>&1 | grep -E "async:|sync:"
-  mkdir -p "$OUT/$part"
-  mv "$OUT/rec_$part.tgz" "$OUT/smi_runtime.csv" "$OUT/clock_runtime.log" "$OUT/hardware.txt" \
-    "$OUT/host_speed.log" "$OUT/$part/" 2>/dev/null
-  parts+=("$part")
-done
-tar czf "$OUT/run15.tgz" -C "$OUT" "${parts[@]}" && rm -r "${parts[@]/#/$OUT/}"
+exec bash experiments/runtime/parts_call.sh run15 "$@"
