@@ -152,3 +152,14 @@ def test_a_split_launch_is_captured_per_power_of_two_of_its_splits():
         1024,
         8192,
     ]
+
+
+def test_a_bad_launch_rule_names_its_key():
+    from cbsim.config import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"engine\.decode_launch\.min_partition=100 is not a power"
+    ):
+        DecodeLaunchConfig(min_partition=100)
+    with pytest.raises(ConfigError, match=r"engine\.decode_launch\.target_programs"):
+        DecodeLaunchConfig(target_programs=0)
