@@ -122,7 +122,7 @@ class ModelRunner:
             "epilogues": built and mode.fuse_epilogues,
         }
         self.cache.fused = self.fused["epilogues"]
-        self.launch_rule = LaunchRule(**dataclasses.asdict(config.engine.decode_launch))
+        self.launch_rule = LaunchRule.of(config.engine.decode_launch)
         self.decode_kernel = load_decode_kernel(config.mode.attention, device, self.launch_rule)
         self.block_size = w.kv_block_size
         # graph buckets: the configured sizes up to the first that holds a full batch

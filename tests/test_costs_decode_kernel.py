@@ -25,7 +25,7 @@ def attention(share: float, context: int, requests: int = 64) -> float:
 
 
 def test_tiles_follow_the_table_width_as_the_rule_says():
-    rule = LaunchRule(**dataclasses.asdict(DecodeLaunchConfig()))
+    rule = LaunchRule.of()
     assert rule.tile(table_width(384, 16)) == 128 and rule.tile(table_width(8449, 16)) == 128
     assert RULE_BEFORE.tile(table_width(2048, 16)) == 128
     assert RULE_BEFORE.tile(table_width(2049, 16)) == 64

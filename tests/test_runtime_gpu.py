@@ -3,8 +3,6 @@ experiments/runtime/): async == sync == generate, graphs, streams and the shared
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -17,7 +15,6 @@ pytestmark = [
 
 from test_runtime_sync import CASES, assert_same_tokens, reference_tokens  # noqa: E402
 
-from cbsim.config.schema import DecodeLaunchConfig  # noqa: E402
 from cbsim.costs.decode_kernel import LaunchRule, launch_classes  # noqa: E402
 from cbsim.runtime.engine import execute  # noqa: E402
 from cbsim.trace import schema as S  # noqa: E402
@@ -111,7 +108,7 @@ def test_graphs_per_table_width_replay_the_tokens_of_one_width(config_factory):
     classes, one = (runs[on].trace.other_data for on in ("true", "false"))
     assert classes["graph_width_classes"] is True and one["graph_width_classes"] is False
     # the rule's launch classes up to 1064 tokens (67 blocks), 1024 tokens (64) among them
-    rule = LaunchRule(**dataclasses.asdict(DecodeLaunchConfig()))
+    rule = LaunchRule.of()
     kv_heads = config_factory(over).model.num_kv_heads
     widths = {b: launch_classes(rule, b, kv_heads, 67, 16) for b in (1, 2, 4)}
     assert classes["graph_widths"]["4"] == widths[4] and widths[4][-2:] == [64, 67]

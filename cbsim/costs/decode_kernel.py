@@ -5,8 +5,11 @@ model prices."""
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
+
+from cbsim.config.decode_launch import DecodeLaunchConfig
 
 
 def next_pow2(n: int) -> int:
@@ -24,6 +27,11 @@ class LaunchRule:
     min_partition: int
     small_tile_from: int
     split_classes: bool = True
+
+    @classmethod
+    def of(cls, config: DecodeLaunchConfig | None = None) -> LaunchRule:
+        """The rule ``engine.decode_launch`` configures (its default when None)."""
+        return cls(**dataclasses.asdict(config if config is not None else DecodeLaunchConfig()))
 
     def tile(self, width: int) -> int:
         return 64 if self.small_tile_from and width >= self.small_tile_from else 128

@@ -107,15 +107,16 @@ class KernelCosts:
         of one partition (profile_kernels.decode_launches); below it the requests fit in fewer
         partitions than the table has: the one-partition kernel over their context plus what
         the split added where it was first timed (the empty partitions exit, the reduce runs)."""
-        t = self.t("decode_attention", *self.attn_shape, rows, mean_context, launch)
+        at = self.attn_shape
         tile, _, part = launch.partition("p")
-        if part and self.per_launch and mean_context < int(part):
-            at, first = self.attn_shape, int(part)
-            extra = self.t("decode_attention", *at, rows, first, launch) - self.t(
-                "decode_attention", *at, rows, first, tile
-            )
-            t = self.t("decode_attention", *at, rows, mean_context, tile) + max(extra, 0.0)
-        return self.layers * t
+        if not (part and self.per_launch and mean_context < int(part)):
+            return self.layers * self.t("decode_attention", *at, rows, mean_context, launch)
+        first = int(part)
+        extra = self.t("decode_attention", *at, rows, first, launch) - self.t(
+            "decode_attention", *at, rows, first, tile
+        )
+        one = self.t("decode_attention", *at, rows, mean_context, tile)
+        return self.layers * (one + max(extra, 0.0))
 
     def tile_share(self, rows: int, tile: int, share: float) -> float:
         """The share of the decode kernel's time that grows per whole tile at ``rows`` requests:

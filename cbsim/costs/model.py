@@ -24,8 +24,6 @@ per block, ``copy_launch_us`` per copy, ``event_us`` per event op.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from cbsim.config.schema import CbsimConfig
@@ -89,7 +87,7 @@ class CostModel(BufferBytes):
         self._partitions: dict[tuple[int, int], int] = {}
         # a graph per decode-kernel launch class (engine.graph_width_classes; the Triton kernel)
         classes = config.engine.graph_width_classes and config.mode.attention != "torch"
-        self.rule = LaunchRule(**dataclasses.asdict(config.engine.decode_launch))
+        self.rule = LaunchRule.of(config.engine.decode_launch)
         self.graph_tables = GraphTables(self.rule, self.kv_heads, self.block_size, classes)
         # step-to-step host speed, only in a band's draws (host_jitter.py)
         sp = hw.host.spread

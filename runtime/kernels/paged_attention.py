@@ -24,7 +24,6 @@ loads on machines without triton or CUDA.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -32,13 +31,12 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from cbsim.config.schema import DecodeLaunchConfig
 from cbsim.costs.decode_kernel import LaunchRule
 
 # The launch rule ("auto": tile and split-K partition from the table width) is shared with the
 # cost model and configured as engine.decode_launch (cbsim/costs/decode_kernel.py); this is its
 # default, chosen from the H200 kernel tables (experiments/kernels/partition_rule/).
-DEFAULT_RULE = LaunchRule(**dataclasses.asdict(DecodeLaunchConfig()))
+DEFAULT_RULE = LaunchRule.of()
 
 DecodeAttention = Callable[..., torch.Tensor]
 

@@ -18,19 +18,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cbsim.costs.decode_kernel import LaunchRule, launch_name
+
 BUCKETS = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256]
 CONTEXTS = [256, 512, 1024, 2048, 4096, 8192, 16384]
 
 
-def next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 def launch(rows: int, kv_heads: int, width: int, target: int, min_part: int, tile_max: int) -> str:
-    tile = 128 if width <= tile_max else 64
-    splits = max(1, -(-target // max(1, rows * kv_heads)))
-    part = max(next_pow2(-(-width // splits)), min_part, tile)
-    return f"t{tile}" if part >= width else f"t{tile}p{part}"
+    """The launch (kernel-table name) of the rule with 128-token tiles up to ``tile_max`` tokens."""
+    rule = LaunchRule(target, min_part, small_tile_from=tile_max + 1 if tile_max < 1 << 20 else 0)
+    tile = rule.tile(width)
+    return launch_name(tile, rule.partition(rows, kv_heads, width, tile), width)
 
 
 def load(path: Path) -> tuple[pd.DataFrame, int]:
