@@ -277,7 +277,11 @@ def other_data(
         },
         "counters": summary,
         "attention": "triton" if runner.decode_kernel else "torch",
-        "blas": runner.blas,  # mode.blas: the library torch's GEMMs went to
+        # mode.blas, mode.graph_blas: the library torch's GEMMs went to, eager and in graphs
+        "blas": runner.blas,
+        "graph_blas": runner.graph_blas if runner.buckets else None,
+        # mode.split_argmax: greedy sampling's argmax, two Triton kernels or torch's one
+        "argmax": "split" if runner.split_argmax else "torch",
         "cuda_graphs": bool(runner.buckets),
         # what the build fused (mode.fuse_*; CUDA only): the simulator counts the same kernels
         "fused": runner.fused,

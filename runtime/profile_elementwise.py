@@ -1,10 +1,12 @@
 """The elementwise rows of a kernel table (runtime/profile_kernels.py): RMSNorm, RoPE, SiLU x up,
 the residual add, argmax and the KV-cache write, each called as the runtime calls it (the Triton
-kernels where mode.fuse_norm_rope and mode.fuse_epilogues put them, torch's otherwise)."""
+kernels where mode.fuse_norm_rope, mode.fuse_epilogues and mode.split_argmax put them, torch's
+otherwise)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -79,7 +81,18 @@ def _elementwise(cfg: CbsimConfig, dev: torch.device) -> dict[str, Callable]:
     }
     if dev.type == "cuda" and cfg.mode.fuse_epilogues:
         ops |= _fused_epilogues(h, hkv, d, inter, dt, dev)
+    if dev.type == "cuda" and cfg.mode.split_argmax:
+        ops["argmax_split"] = (m.vocab_size, 0, partial(_argmax_split, m.vocab_size, dt, dev))
     return ops
+
+
+def _argmax_split(vocab: int, dt, dev, r: int):
+    """mode.split_argmax's two kernels, into an output as the runner's."""
+    from .kernels.sampling import argmax_rows
+
+    logits = torch.randn(r, vocab, dtype=dt, device=dev)
+    out = torch.empty(r, dtype=torch.int64, device=dev)
+    return lambda: argmax_rows(logits, out)
 
 
 def _fused_epilogues(h: int, hkv: int, d: int, inter: int, dt, dev) -> dict[str, tuple]:
@@ -114,6 +127,6 @@ def profile_elementwise(cfg: CbsimConfig, grid, timer, dt, dev, out: list) -> No
     """Every elementwise op at ``grid.elementwise_rows`` (a ProfileGrid; ``timer`` a Timer)."""
     for op, (n, k, make) in _elementwise(cfg, dev).items():
         for rows in grid.elementwise_rows:
-            if op == "argmax" and rows > grid.lm_head_rows_max:
+            if op.startswith("argmax") and rows > grid.lm_head_rows_max:
                 break
             out.append((op, n, k, 0, rows, 0, timer([make(rows)] * 4)))

@@ -2,7 +2,8 @@
 
 ``python -m cbsim +experiment=profile_kernels mode=runtime model=llama3_8b`` (conf/experiment/
 profile_kernels.yaml documents the grid under ``extra``). Each kernel is called as the runtime calls
-it (cuBLAS GEMMs of the model's projection shapes, fused as ``mode.fuse_projections`` fuses them;
+it (the GEMMs of the model's projection shapes, fused as ``mode.fuse_projections`` fuses them, on
+``mode.blas`` and, at the decode graphs' rows, on ``mode.graph_blas``;
 the Triton paged decode-attention kernel; the prefill-chunk attention of runtime/attention.py; the
 Triton RMSNorm and RoPE kernels; SiLU x up, residual add, argmax, the KV-cache write; pinned copies),
 captured ``reps`` times back to back in a CUDA graph and replayed between two CUDA events, so a
@@ -165,17 +166,40 @@ def _copies(nbytes: int, reps_min: int = 4) -> int:
 
 
 def profile_gemms(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, out: list) -> None:
+    """Every GEMM on ``mode.blas`` at ``grid.gemm_rows``; where ``mode.graph_blas`` differs, on
+    it too at the rows the decode graphs run (up to the biggest bucket), as ``launch`` = it."""
+    runs = [(cfg.mode.blas, grid.gemm_rows, "")]
+    lib = cfg.mode.graph_blas
+    if dev.type == "cuda" and lib != cfg.mode.blas:
+        top = max(cfg.engine.graph_batch_sizes)
+        rows = sorted({*grid.gemm_rows, *cfg.engine.graph_batch_sizes})
+        runs.append((lib, [r for r in rows if r <= top], lib))
+    try:
+        for library, rows, launch in runs:
+            select_blas(library, dev)
+            _gemm_rows(cfg, grid, rows, launch, timer, dt, dev, out)
+    finally:
+        select_blas(cfg.mode.blas, dev)
+
+
+def _gemm_rows(cfg: CbsimConfig, grid, rows_list, launch: str, timer, dt, dev, out: list) -> None:
+    """Each GEMM as the runtime calls it: o and down add into the residual (``addmm_``) with
+    mode.fuse_epilogues, the others write their output."""
     fused = cfg.mode.fuse_projections and dev.type == "cuda"
+    residual = cfg.mode.fuse_epilogues and dev.type == "cuda"
     shapes = {(n, k): name for name, n, k in gemm_shapes(cfg.model, fused)}  # k, v: one shape
     for (n, k), name in shapes.items():
         ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(_copies(2 * n * k, 2))]
-        for rows in grid.gemm_rows:
+        for rows in rows_list:
             if name == "lm_head" and rows > grid.lm_head_rows_max:
                 break
             x = torch.randn(rows, k, dtype=dt, device=dev)
-            y = torch.empty(rows, n, dtype=dt, device=dev)
-            calls = [partial(torch.mm, x, w.t(), out=y) for w in ws]
-            out.append(("gemm", n, k, 0, rows, 0, timer(calls)))
+            y = torch.zeros(rows, n, dtype=dt, device=dev)
+            if residual and name in ("o", "down"):
+                calls = [partial(y.addmm_, x, w.t()) for w in ws]
+            else:
+                calls = [partial(torch.mm, x, w.t(), out=y) for w in ws]
+            out.append(("gemm", n, k, 0, rows, 0, timer(calls), launch))
         del ws
 
 

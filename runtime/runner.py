@@ -35,6 +35,7 @@ from .io_slots import (
     pack_decode_into,
     slot_capacity,
 )
+from .kernels.sampling import argmax_rows
 from .kv_cache import PagedKVCache
 from .model import DTYPES, build_model, model_shape
 
@@ -100,7 +101,10 @@ class ModelRunner:
     ) -> None:
         w = config.workload
         self.device = device
-        self.blas = select_blas(config.mode.blas, device)  # before any GEMM is captured
+        self.blas = select_blas(config.mode.blas, device)  # eager steps' GEMMs
+        # the decode graphs' GEMMs: the library is fixed when a graph is captured
+        self.graph_blas = config.mode.graph_blas if device.type == "cuda" else "none"
+        self.split_argmax = device.type == "cuda" and config.mode.split_argmax
         self.model = runtime_model(config, device, model)
         self.shape = model_shape(self.model)
         s = self.shape
@@ -249,13 +253,21 @@ class ModelRunner:
             use_cache=False,
         ).logits[0]
         if logits.shape[0]:
-            slot.dev_out[: logits.shape[0]].copy_(logits.argmax(-1))
+            argmax_rows(logits, slot.dev_out[: logits.shape[0]], self.split_argmax)
 
     def capture_graphs(self, stream: torch.cuda.Stream) -> None:
         """Warm each (bucket, width) up eagerly, then capture every (slot, bucket, width) into one
-        shared pool, largest first; records the pool's bytes after the first slot and after all."""
+        shared pool, largest first, their GEMMs on ``mode.graph_blas``; records the pool's bytes
+        after the first slot and after all."""
         if not self.buckets:
             return
+        select_blas(self.graph_blas, self.device)
+        try:
+            self._capture(stream)
+        finally:
+            select_blas(self.blas, self.device)
+
+    def _capture(self, stream: torch.cuda.Stream) -> None:
         order = [(b, w) for b in sorted(self.buckets, reverse=True) for w in self.graph_widths[b]]
         with torch.cuda.stream(stream):
             for b, w in order:  # warm-up: Triton compiles, cuBLAS picks its kernels

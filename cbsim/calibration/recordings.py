@@ -24,7 +24,7 @@ from cbsim.calibration.run_config import (
 )
 from cbsim.calibration.steps import forward_table, span_table, with_replayed_batches
 from cbsim.config import CbsimConfig, ConfigError
-from cbsim.config.schema import DecodeLaunchConfig
+from cbsim.config.schema import BLAS_LIBRARIES, DecodeLaunchConfig
 from cbsim.costs.decode_kernel import RULE_BEFORE
 from cbsim.trace import Trace, TraceError, read_trace
 from cbsim.trace import schema as S
@@ -187,17 +187,29 @@ class Recorded:
             classes = other.get("graph_width_classes")
             eng = dataclasses.replace(eng, graph_width_classes=classes is True)
             eng = dataclasses.replace(eng, decode_launch=_decode_launch(other))
-        return dataclasses.replace(cfg, engine=eng, mode=self._fused_mode(cfg.mode))
+        return dataclasses.replace(cfg, engine=eng, mode=self._build_mode(cfg.mode))
 
-    def _fused_mode(self, mode):
-        """The build's fusions as the trace records them (otherData.fused), else as its manifest
-        says (a runtime trace's config is its command line, which names what was asked for)."""
+    def _build_mode(self, mode):
+        """The build's kernels as the trace records them (otherData.fused, .blas, .graph_blas,
+        .argmax), else as its manifest says or as every build before the key ran (a runtime
+        trace's config is its command line, which names what was asked for)."""
         if self.assumed is not None or self.trace.source != "runtime":
             return mode
-        fused = self.trace.other_data.get("fused")
+        other = self.trace.other_data
+        fused = other.get("fused")
         if isinstance(fused, dict) and isinstance(fused.get("epilogues"), bool):
-            return dataclasses.replace(mode, fuse_epilogues=fused["epilogues"])
-        return dataclasses.replace(mode, fuse_epilogues=self.manifest.fused_epilogues)
+            epilogues = fused["epilogues"]
+        else:
+            epilogues = self.manifest.fused_epilogues
+        blas = other.get("blas") if other.get("blas") in BLAS_LIBRARIES else "cublas"
+        graph_blas = other.get("graph_blas")
+        return dataclasses.replace(
+            mode,
+            fuse_epilogues=epilogues,
+            blas=blas,
+            graph_blas=graph_blas if graph_blas in BLAS_LIBRARIES else blas,
+            split_argmax=other.get("argmax") == "split",
+        )
 
     @cached_property
     def spans(self) -> pd.DataFrame:

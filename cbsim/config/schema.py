@@ -22,6 +22,7 @@ from cbsim.config.hardware import PhaseCost as PhaseCost
 from cbsim.config.ranges import POSITIVE
 
 MODES = ("sim", "runtime")
+BLAS_LIBRARIES = ("cublas", "cublaslt")  # torch.backends.cuda.preferred_blas_library's
 TASKS = ("run", "calibrate", "validate", "profile_kernels", "capacity")
 ENGINES = ("sync", "async", "compare")
 DTYPES = ("bfloat16", "float16", "float32")
@@ -62,9 +63,18 @@ class ModeConfig:
     # did: otherData.fused, else its manifest's fused_epilogues
     fuse_epilogues: bool = True
     # runtime on CUDA only: the BLAS library torch's GEMMs go to (torch.backends.cuda.
-    # preferred_blas_library): cublas, torch's default; cublaslt (other kernels for the
-    # decode step's few-row GEMMs). A recording says which (otherData.blas)
+    # preferred_blas_library) in eager steps (prefill, mixed, batches past the last graph):
+    # cublas, torch's default (cuBLASLt's prefill GEMMs are 11-18% slower, experiments/perf/blas)
     blas: str = "cublas"
+    # the same for the decode graphs, fixed when they are captured: cublaslt (the 8B decode
+    # step at 32 requests 3.6% shorter, the 1B at 128 2%, experiments/perf/blas). The simulator
+    # prices a graph step's GEMMs from the table's rows of that library where it has them.
+    # A recording says which (otherData.blas, otherData.graph_blas)
+    graph_blas: str = "cublaslt"
+    # runtime on CUDA only, and the simulator's table row: greedy sampling's argmax as a
+    # two-stage Triton kernel (chunks of the vocabulary, then the chunks' maxima): a program per
+    # row walking 128K logits takes 26-27 us at any batch (experiments/kernels/h200)
+    split_argmax: bool = True
     # sim only: P5 / median / P95 of total time, GPU idle and async speedup (cbsim.bands; 2 x
     # hardware.host.spread.draws more simulations): auto = for a single run whose profile has a
     # spread, not inside sweep jobs; true = always; false = never. A measurement has no band
@@ -86,7 +96,8 @@ class ModeConfig:
                 "mode.attention=triton needs CUDA; allowed with mode.device=cpu: torch or auto"
             )
         check_range("mode.warmup_steps", self.warmup_steps, 0, 1000)
-        check_choice("mode.blas", self.blas, ("cublas", "cublaslt"))
+        check_choice("mode.blas", self.blas, BLAS_LIBRARIES)
+        check_choice("mode.graph_blas", self.graph_blas, BLAS_LIBRARIES)
 
 
 @dataclass

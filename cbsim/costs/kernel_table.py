@@ -4,17 +4,19 @@ A table is a CSV file written on the GPU by ``python -m cbsim +experiment=profil
 mode=runtime model=...`` (runtime/profile_kernels.py), with ``#`` header lines saying the hardware,
 the software and the command, then the columns ``op,n,k,g,rows,context,us,launch``: one kernel
 call's time in microseconds, as it runs inside a replayed CUDA graph (the gap to the next node
-included). ``launch`` names the decode kernel's launch (``t128``: 128-token tiles, one partition;
-``t64p1024``: 64-token tiles, split-K partitions of 1024 tokens; ``decode_kernel.launch_name``)
-where the profile timed each launch the kernel can take; empty (or absent, in a v1 table) where a
-row ran the launch the runtime's rule picked at a table as wide as its context.
+included). ``launch`` names a gemm row's BLAS library where it is not the table's ``blas:``
+header line (the decode graphs' ``mode.graph_blas``), and the decode kernel's launch (``t128``:
+128-token tiles, one partition; ``t64p1024``: 64-token tiles, split-K partitions of 1024 tokens;
+``decode_kernel.launch_name``) where the profile timed each launch the kernel can take; empty (or
+absent, in a v1 table) where a row ran the table's library or the launch the runtime's rule
+picked at a table as wide as its context.
 
 | op | n, k, g | rows | context |
 | --- | --- | --- | --- |
 | ``gemm`` | output features, input features, 0 | M (tokens) | 0 |
 | ``decode_attention`` | query heads, head dim, kv heads | requests | KV tokens of each |
 | ``prefill_attention`` | query heads, head dim, kv heads | prompts | tokens of each (causal) |
-| ``rms_norm``, ``silu_mul(_fused)``, ``add``, ``argmax`` | elements per token, 0, 0 | tokens | 0 |
+| ``rms_norm``, ``silu_mul(_fused)``, ``add``, ``argmax(_split)`` | elements per token, 0, 0 | tokens | 0 |
 | ``rope``, ``kv_write(_fused)`` | elements per token (q+k, or k+v), head dim, 0 | tokens | 0 |
 | ``h2d``, ``d2h`` | 0, 0, 0 | bytes | 0 |
 
@@ -45,6 +47,7 @@ import numpy as np
 
 from cbsim.config.errors import ConfigError
 from cbsim.config.hardware import kernel_table_files
+from cbsim.config.schema import BLAS_LIBRARIES
 from cbsim.rundir import atomic_write_text
 
 COLUMNS = ("op", "n", "k", "g", "rows", "context", "us")  # v1; v2 adds "launch"
@@ -54,6 +57,7 @@ ATTENTION_OPS = ("decode_attention", "prefill_attention")
 # reduces the whole vocabulary, so a longer row is a longer walk, as the roofline ratio scales it)
 ELEMENTWISE_OPS = ("rms_norm", "silu_mul", "add", "rope", "kv_write")
 ELEMENTWISE_OPS += ("silu_mul_fused", "kv_write_fused")  # mode.fuse_epilogues' one-kernel versions
+ELEMENTWISE_OPS += ("argmax_split",)  # mode.split_argmax: chunks of a row, one program each
 OPS = ("gemm", *ATTENTION_OPS, *ELEMENTWISE_OPS, "argmax")
 OPS += ("h2d", "d2h")
 # how a kernel's time grows past the table's last context: decode reads each token once,
@@ -118,6 +122,20 @@ class KernelTable:
 
     def has(self, op: str) -> bool:
         return any(s[0] == op for s in self.curves)
+
+    @property
+    def blas(self) -> str:
+        """The library the table's gemm rows without a launch ran on (its ``blas:`` header line;
+        torch's default, cuBLAS, in tables profiled before the line)."""
+        for line in self.headers:
+            key, _, value = line.partition(":")
+            if key.strip() == "blas" and value.strip() in BLAS_LIBRARIES:
+                return value.strip()
+        return "cublas"
+
+    def gemm_launch(self, library: str) -> str:
+        """The launch key of ``library``'s gemm rows (``time_us`` falls back to the table's own)."""
+        return "" if library == self.blas else library
 
     def has_launches(self, op: str) -> bool:
         """Whether the table timed ``op`` per launch (a v2 decode sweep)."""
@@ -267,9 +285,18 @@ def _parse(rec: dict, where: str) -> tuple[Key, int, int, float]:
     if r < 1 or min(n, k, g, ctx) < 0 or not (math.isfinite(us) and us > 0):
         raise ConfigError(f"{where}: rows must be >= 1, n/k/g/context >= 0, us finite and > 0")
     launch = (rec.get(LAUNCH) or "").strip()
-    if launch and not (op == "decode_attention" and LAUNCH_NAME.fullmatch(launch)):
+    if launch and op == "gemm" and launch not in BLAS_LIBRARIES:
         raise ConfigError(
-            f"{where}: launch={launch!r}: only decode_attention rows name a launch, as t<tile> "
+            f"{where}: launch={launch!r}: a gemm row names the BLAS library it ran on; "
+            f"allowed: {', '.join(BLAS_LIBRARIES)} (empty: the table's blas)"
+        )
+    if launch and op not in ("gemm", "decode_attention"):
+        raise ConfigError(
+            f"{where}: launch={launch!r}: only gemm and decode_attention rows name one"
+        )
+    if launch and op == "decode_attention" and not LAUNCH_NAME.fullmatch(launch):
+        raise ConfigError(
+            f"{where}: launch={launch!r}: a decode_attention row names its launch as t<tile> "
             "or t<tile>p<partition> (t128, t64p1024)"
         )
     return (op, n, k, g, launch), r, ctx, us

@@ -68,21 +68,31 @@ class KernelCosts:
         self.has_copies = self.table.has("h2d") and self.table.has("d2h")
         # decode attention timed per launch: a step is costed at the launch it runs
         self.per_launch = self.table.has_launches("decode_attention")
-        self._linear: dict[int, float] = {}
-        self._lm_head: dict[int, float] = {}
+        # the GEMMs' rows per library: eager steps on mode.blas, decode graphs on mode.graph_blas
+        mode = config.mode
+        self.gemm_launch = {
+            False: self.table.gemm_launch(mode.blas),
+            True: self.table.gemm_launch(mode.graph_blas),
+        }
+        split = mode.split_argmax and self.table.has("argmax_split")
+        self.argmax = "argmax_split" if split else "argmax"
+        self._linear: dict[tuple[int, bool], float] = {}
+        self._lm_head: dict[tuple[int, bool], float] = {}
 
     def t(
         self, op: str, n: int, k: int, g: int, rows: float, context: float = 0, launch: str = ""
     ) -> float:
         return self.table.time_us(op, n, k, g, rows, context, launch=launch, **self.rates)
 
-    def linear_us(self, rows: int) -> float:
-        """Every layer's GEMMs and elementwise kernels over ``rows`` tokens, and the final norm."""
-        got = self._linear.get(rows)
+    def linear_us(self, rows: int, graph: bool = False) -> float:
+        """Every layer's GEMMs and elementwise kernels over ``rows`` tokens, and the final norm;
+        ``graph``: a replayed decode graph's (its GEMMs on ``mode.graph_blas``)."""
+        got = self._linear.get((rows, graph))
         if got is None:
-            per_layer = sum(self.t("gemm", n, k, 0, rows) for n, k in self.layer_gemms)
+            lib = self.gemm_launch[graph]
+            per_layer = sum(self.t("gemm", n, k, 0, rows, 0, lib) for n, k in self.layer_gemms)
             per_layer += sum(c * self.t(op, n, k, 0, rows) for op, n, k, c in self.elementwise)
-            got = self._linear[rows] = self.layers * per_layer + self.t(
+            got = self._linear[(rows, graph)] = self.layers * per_layer + self.t(
                 "rms_norm", self.hidden, 0, 0, rows
             )
         return got
@@ -91,12 +101,13 @@ class KernelCosts:
         """A pinned copy of ``nbytes`` (``h2d`` or ``d2h``), at least the smallest one timed."""
         return self.table.time_us(direction, 0, 0, 0, max(int(nbytes), 1))
 
-    def lm_head_us(self, sampled: int) -> float:
-        got = self._lm_head.get(sampled)
+    def lm_head_us(self, sampled: int, graph: bool = False) -> float:
+        got = self._lm_head.get((sampled, graph))
         if got is None:
             n, k = self.lm_head
-            got = self._lm_head[sampled] = (
-                self.t("gemm", n, k, 0, sampled) + self.t("argmax", self.vocab, 0, 0, sampled)
+            got = self._lm_head[(sampled, graph)] = (
+                self.t("gemm", n, k, 0, sampled, 0, self.gemm_launch[graph])
+                + self.t(self.argmax, self.vocab, 0, 0, sampled)
                 if sampled > 0
                 else 0.0
             )

@@ -176,7 +176,7 @@ class CostModel(BufferBytes):
             attention = self._roofline_attention(batch, decode, padded_requests)
         else:  # measured kernels; chunks after a cached prefix (not timed) by the roofline
             kc = self.kernel_costs
-            linear, lm_head = kc.linear_us(q_tokens), kc.lm_head_us(sampled)
+            linear, lm_head = kc.linear_us(q_tokens, graph), kc.lm_head_us(sampled, graph)
             share = self.gpu.attention_tile_share
             tile = self.decode_tile(batch, padded_requests) if share else 128
             launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
