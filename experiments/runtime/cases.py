@@ -217,6 +217,21 @@ MATRIX["rule_b"] = {
     "1b_1x512+3072": (shape("llama3_1b", 1, 512, 3072), 12),
     "8b_poisson_8": (poisson("llama3_8b", 8, 24, 1.5, 512, 1024), 24),
 }
+# the decode graphs on cuBLASLt and the two-stage argmax (mode.graph_blas, mode.split_argmax):
+# shapes never recorded, 1-256 requests of four models, predicted before their calls; two
+# fresh machines, each with the reference workload
+MATRIX["blas_a"] = {
+    "seed_8192": (CASES["seed_8192"], 180),
+    "8b_48x512+1536": (shape("llama3_8b", 48, 512, 1536), 30),
+    "1b_128x256+1536": (shape("llama3_1b", 128, 256, 1536), 14),
+}
+MATRIX["blas_b"] = {
+    "3b_32x512+2048": (shape("llama3_3b", 32, 512, 2048), 22),
+    "8b_2x256+2048": (shape("llama3_8b", 2, 256, 2048), 28),
+    "1b_256x256+768": (shape("llama3_1b", 256, 256, 768), 12),
+    "8b_poisson_12": (poisson("llama3_8b", 12, 32, 3.0, 256, 768), 30),
+    "q7b_32x512+1024": (shape("qwen2_5_7b", 32, 512, 1024), 18),
+}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
 
 
