@@ -5,5 +5,6 @@
 OUT=${OUT:-/tmp/out}
 bash experiments/runtime/parts_call.sh run17 "$@"
 if [ "${DIAG:-0}" = 1 ]; then
+  source experiments/device_install.sh || exit 1
   timeout 150 python3 experiments/runtime/diag_graph_blas.py "$OUT" seed_1024 2>&1 | grep -v Warn | tail -40
 fi
