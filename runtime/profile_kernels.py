@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig
@@ -184,7 +185,7 @@ def profile_gemms(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, ou
 
 def _gemm_rows(cfg: CbsimConfig, grid, rows_list, launch: str, timer, dt, dev, out: list) -> None:
     """Each GEMM as the runtime calls it: o and down add into the residual (``addmm_``) with
-    mode.fuse_epilogues, the others write their output."""
+    mode.fuse_epilogues, the others are nn.Linear's ``F.linear``."""
     fused = cfg.mode.fuse_projections and dev.type == "cuda"
     residual = cfg.mode.fuse_epilogues and dev.type == "cuda"
     shapes = {(n, k): name for name, n, k in gemm_shapes(cfg.model, fused)}  # k, v: one shape
@@ -193,12 +194,13 @@ def _gemm_rows(cfg: CbsimConfig, grid, rows_list, launch: str, timer, dt, dev, o
         for rows in rows_list:
             if name == "lm_head" and rows > grid.lm_head_rows_max:
                 break
-            x = torch.randn(rows, k, dtype=dt, device=dev)
-            y = torch.zeros(rows, n, dtype=dt, device=dev)
+            x = torch.randn(1, rows, k, dtype=dt, device=dev)
             if residual and name in ("o", "down"):
-                calls = [partial(y.addmm_, x, w.t()) for w in ws]
-            else:
-                calls = [partial(torch.mm, x, w.t(), out=y) for w in ws]
+                y = torch.zeros(rows, n, dtype=dt, device=dev)
+                calls = [partial(y.addmm_, x[0], w.t()) for w in ws]
+            else:  # nn.Linear's call on a [1, tokens, features] input (cuBLASLt's kernel choice
+                # for it differs from torch.mm into a given output: experiments/kernels/graph_blas)
+                calls = [partial(F.linear, x, w) for w in ws]
             out.append(("gemm", n, k, 0, rows, 0, timer(calls), launch))
         del ws
 

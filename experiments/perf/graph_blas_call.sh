@@ -8,7 +8,8 @@
 #   bench    benchmarks/bench_decode.py, async: the defaults, then both off (the build before),
 #            then the defaults again (a drift check)
 #   profile  the GEMM rows (cuBLAS, and cuBLASLt at the graphs' rows) and the elementwise rows
-#            (argmax_split among them) of the 1B, 3B and 8B shapes, into gemm/
+#            (argmax_split among them) of the 1B, 3B and 8B shapes, into gemm/ (env: KINDS, the
+#            extra.kinds list; GEMM_DIR, the folder)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -36,7 +37,7 @@ for step in "$@"; do
   profile)
     for m in llama3_1b llama3_3b llama3_8b; do
       (cd /tmp && timeout 100 python3 -m cbsim +experiment=profile_kernels mode=runtime model=$m \
-        "extra.kinds=[gemm,elementwise]" extra.target_ms=2.0 extra.out="$D/gemm" \
+        "extra.kinds=[${KINDS:-gemm,elementwise}]" extra.target_ms=2.0 extra.out="$D/${GEMM_DIR:-gemm}" \
         hydra.run.dir=/tmp/prof_$RANDOM) 2>&1 | grep -v Warn | tail -3
     done ;;
   *) echo "unknown step $step" ;;
