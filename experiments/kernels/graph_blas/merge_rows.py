@@ -1,16 +1,19 @@
-"""Add the decode graphs' cuBLASLt GEMM rows and the two-stage argmax's rows of the tables in
-this folder (profiled 2026-12-02 05:42, `bash experiments/perf/graph_blas_call.sh tests bench
-profile`) to the committed kernel tables, and print how this machine's kernels compare.
+"""Add the decode graphs' cuBLASLt GEMM rows and the two-stage argmax's rows to the committed
+kernel tables, and print how this machine's kernels compare.
 
     python experiments/kernels/graph_blas/merge_rows.py [--write]
 
-Only the rows the committed tables lack are added (gemm rows named ``cublaslt``, op
+The rows come from two profiles (`experiments/perf/graph_blas_call.sh`, README.md): ``linear/``,
+the GEMMs as the runtime calls them (nn.Linear's F.linear; o and down ``addmm_`` into the
+residual) on cuBLAS and, at the graphs' rows, cuBLASLt; ``mm/``, the elementwise rows
+(argmax_split) and GEMMs through torch.mm into a given output, where cuBLASLt picks slower kernels
+for qkv and gate_up than it does in the model (diag_graph_blas.json) - kept to show it, not
+merged. Only rows the committed tables lack are added (gemm rows named ``cublaslt``, op
 ``argmax_split``); the tables' own rows, from the machine that profiled them, stay. A row is
-added at the tables' machine's speed: its time here times the median, over the rows both
-timed, of the table's time over this machine's for the same kernel (cuBLAS for a GEMM shape,
-torch's argmax for argmax_split), so what the library or the kernel changes is what was
-measured side by side here. The ratios printed are those machine ratios (o and down are
-``addmm_`` into the residual here, ``mm`` there) and cuBLASLt against cuBLAS on this machine.
+added at the tables' machine's speed: its time here times the median, over the rows both timed,
+of the table's time over this machine's for the same kernel on the table's library (cuBLAS for a
+GEMM shape, torch's argmax for argmax_split), so what the library or the kernel changes is what
+was measured side by side here.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ HERE = Path(__file__).resolve().parent
 TABLES = HERE.parents[0] / "h200"
 MODELS = ("llama3_1b", "llama3_3b", "llama3_8b")
 ADDED = (
-    "gemm cublaslt rows and argmax_split rows: experiments/kernels/graph_blas/h200 (another "
-    "machine, 2026-12-02 05:42 UTC), at this table's machine's speed (merge_rows.py)"
+    "gemm cublaslt rows (experiments/kernels/graph_blas/linear, 06:10 UTC) and argmax_split "
+    "rows (graph_blas/mm, 05:42 UTC), another machine's, at this table's machine's speed "
+    "(merge_rows.py)"
 )
 
 
@@ -95,7 +99,9 @@ def main(argv: list[str]) -> None:
     for model in MODELS:
         target = TABLES / f"{model}.csv"
         head, table = rows(target)
-        _, fresh = rows(HERE / "h200" / f"{model}.csv")
+        _, gemms = rows(HERE / "linear" / f"{model}.csv")
+        _, other = rows(HERE / "mm" / f"{model}.csv")
+        fresh = gemms + [r for r in other if r["op"] != "gemm"]
         scale = compare(model, table, fresh)
         have = {key(r) for r in table}
         add = [r for r in new_rows(fresh) if key(r) not in have]
