@@ -38,7 +38,8 @@ class GpuClock:
             raise ConfigError(
                 f"hardware.gpu.clock.throttle_full={self.throttle_full} must be above "
                 f"hardware.gpu.clock.throttle_from={self.throttle_from} (the GEMM rate, as a "
-                "share of peak_flops, where the clock reaches min_ratio)"
+                "share of peak_flops, where the clock reaches min_ratio); allowed: "
+                "0 <= throttle_from < throttle_full <= 10"
             )
 
     @property
