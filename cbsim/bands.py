@@ -63,16 +63,21 @@ def scaled_host(
     step-to-step jitter and one realization of the host's regimes (starting slow when
     ``level_quantile`` is below the slow share; -1: as the seed draws it)."""
 
+    spread = dataclasses.replace(host.spread, jitter=True, seed=seed, level_quantile=level_quantile)
+    return dataclasses.replace(host_times_scaled(host, factor), spread=spread)
+
+
+def host_times_scaled(host: HostCosts, factor: float) -> HostCosts:
+    """Every host cost times ``factor``, nothing else changed (a faster or slower host)."""
+
     def phase(p: PhaseCost) -> PhaseCost:
         return PhaseCost(*(factor * getattr(p, f.name) for f in dataclasses.fields(PhaseCost)))
 
-    spread = dataclasses.replace(host.spread, jitter=True, seed=seed, level_quantile=level_quantile)
     return dataclasses.replace(
         host,
         schedule=phase(host.schedule),
         prepare=phase(host.prepare),
         update=phase(host.update),
-        spread=spread,
         **{k: factor * getattr(host, k) for k in HOST_TIMES_US},
     )
 

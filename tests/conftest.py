@@ -66,6 +66,25 @@ def shipped_async_runs(out_dir: Path, cases: dict[str, tuple[str, ...]], *overri
     return runs
 
 
+def recorded(path: str):
+    """A committed recording (a path under experiments/runtime) as calibration reads it."""
+    from cbsim.calibration.recordings import Recorded
+    from cbsim.trace import read_trace
+
+    p = RECORDINGS / path
+    return Recorded(path=p, trace=read_trace(str(p)), root=RECORDINGS)
+
+
+def run_in_triton_interpreter(script: str) -> None:
+    """``script`` in a fresh interpreter with TRITON_INTERPRET=1 (Triton kernels on the CPU);
+    it prints ``ok`` when its checks pass."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    res = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "cbsim", *args],

@@ -7,14 +7,12 @@ under TRITON_INTERPRET=1 (in a subprocess, since the variable is read when trito
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_in_triton_interpreter
 
 from cbsim.runtime.kernels.paged_attention import (
     get_decode_attention,
@@ -181,11 +179,7 @@ def test_triton_kernel_in_interpreter():
         print("ok")
         """
     )
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    res = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+    run_in_triton_interpreter(script)
 
 
 @pytest.mark.gpu
@@ -343,11 +337,7 @@ def test_norm_rope_kernels_in_interpreter():
         print("ok")
         """
     )
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    res = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+    run_in_triton_interpreter(script)
 
 
 @pytest.mark.gpu

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_in_triton_interpreter
 
 from cbsim.runtime.kernels.paged_attention import triton_available
 from cbsim.runtime.kernels.sampling import ARGMAX_CHUNK, argmax_rows
@@ -58,11 +56,7 @@ def test_split_argmax_in_interpreter():
         print("ok")
         """
     )
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    res = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+    run_in_triton_interpreter(script)
 
 
 @pytest.mark.gpu

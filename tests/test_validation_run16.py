@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import RECORDINGS, validate_recorded
+from conftest import RECORDINGS, recorded, validate_recorded
 
 from cbsim.costs.decode_kernel import RULE_BEFORE
 
@@ -19,20 +19,12 @@ ON_RUN16 = pytest.mark.skipif(
 )
 
 
-def _recorded(path: str):
-    from cbsim.calibration.recordings import Recorded
-    from cbsim.trace import read_trace
-
-    p = RECORDINGS / path
-    return Recorded(path=p, trace=read_trace(str(p)), root=RECORDINGS)
-
-
 @ON_RUN16
 def test_a_recording_says_which_launch_rule_its_kernel_ran():
-    new = _recorded("h200_run16/seed/seed_8192/trace_async.json.gz")
+    new = recorded("h200_run16/seed/seed_8192/trace_async.json.gz")
     assert new.trace.other_data["decode_launch"]["target_programs"] == 256
     assert new.config.engine.decode_launch.min_partition == 128
-    old = _recorded("h200_run15/seed/seed_8192/trace_async.json.gz")
+    old = recorded("h200_run15/seed/seed_8192/trace_async.json.gz")
     assert "decode_launch" not in old.trace.other_data
     assert dataclasses.asdict(old.config.engine.decode_launch) == dataclasses.asdict(RULE_BEFORE)
 

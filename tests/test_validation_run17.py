@@ -6,7 +6,7 @@ graphs and its eager steps ran on, and which argmax (older ones: cuBLAS, torch's
 from __future__ import annotations
 
 import pytest
-from conftest import RECORDINGS, validate_recorded
+from conftest import RECORDINGS, recorded, validate_recorded
 
 RUN17 = RECORDINGS / "h200_run17"
 ON_RUN17 = pytest.mark.skipif(
@@ -14,22 +14,14 @@ ON_RUN17 = pytest.mark.skipif(
 )
 
 
-def _recorded(path: str):
-    from cbsim.calibration.recordings import Recorded
-    from cbsim.trace import read_trace
-
-    p = RECORDINGS / path
-    return Recorded(path=p, trace=read_trace(str(p)), root=RECORDINGS)
-
-
 @ON_RUN17
 def test_a_recording_says_which_blas_and_argmax_it_ran():
-    new = _recorded("h200_run17/blas_seed/seed_8192/trace_async.json.gz")
+    new = recorded("h200_run17/blas_seed/seed_8192/trace_async.json.gz")
     other = new.trace.other_data
     assert (other["blas"], other["graph_blas"], other["argmax"]) == ("cublas", "cublaslt", "split")
     mode = new.config.mode
     assert (mode.blas, mode.graph_blas, mode.split_argmax) == ("cublas", "cublaslt", True)
-    old = _recorded("h200_run16/seed/seed_8192/trace_async.json.gz").config.mode
+    old = recorded("h200_run16/seed/seed_8192/trace_async.json.gz").config.mode
     assert (old.blas, old.graph_blas, old.split_argmax) == ("cublas", "cublas", False)
 
 

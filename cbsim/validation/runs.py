@@ -3,6 +3,7 @@ meets the targets on held-out runs."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,8 @@ class RunResult:
     hardware: HardwareConfig | None = None
     # the profile saw no run of this run's device call: another host's speed
     across_calls: bool = False
+    # holdout=anchored: the call's machine its reference runs measured (cbsim.validation.anchor)
+    machine: Any = None
 
     @property
     def errors(self) -> dict[str, float | None]:
@@ -111,6 +114,7 @@ class RunResult:
             "in_band": self.in_band,
             "within_target": self.passed,
             "judged_on": self.judged,
+            "call_machine": dataclasses.asdict(self.machine) if self.machine else None,
         }
 
 

@@ -27,6 +27,7 @@ from cbsim.calibration.recordings import (
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.rundir import atomic_write_text
 from cbsim.trace import write_trace
+from cbsim.validation.anchor import DEFAULT_ANCHOR, HOST_MODELS, anchored_results
 from cbsim.validation.banding import attach_bands
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
 from cbsim.validation.report import write_validation_report
@@ -57,7 +58,12 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
     "validate": {
         **_SHARED,
         "holdout": "what each run's profile has not seen: workload, engine, model, call, run "
-        "(loo), or fit_on (a fixed set) | profile (hardware as composed)",
+        "(loo), or fit_on (a fixed set) | profile (hardware as composed) | anchored (hardware "
+        "as composed, moved to each call's machine by that call's reference runs)",
+        "anchor": "holdout=anchored: the reference workload's case name (default "
+        f"{DEFAULT_ANCHOR})",
+        "anchor_host": "holdout=anchored: how the reference's sync run moves the host: factor "
+        "(every host cost times one factor) or wake (microseconds more per wake-up)",
         "same_stack": "fit on runs of the held-out run's stack only (one runtime version)",
         "same_call": "fit on runs of the held-out run's device call only (one host's speed)",
         "fit_on": "holdout=fit_on: the calibration set (paths or globs)",
@@ -68,7 +74,7 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "save_sim_traces": "also write each simulated trace",
     },
 }
-HOLDOUTS = (*LEAVE_OUT, "loo", "fit_on", "profile")
+HOLDOUTS = (*LEAVE_OUT, "loo", "fit_on", "profile", "anchored")
 
 
 def run_validation_task(
@@ -188,6 +194,14 @@ def held_out_results(
         jobs, show = int(extra.get("jobs", 0)), bool(extra.get("progress", True))
         args = (holdout, same_stack, options, jobs, show, same_call)
         return leave_out(recs, config.hardware, name, *args)[0]
+    if holdout == "anchored":
+        host_model = str(extra.get("anchor_host", "factor"))
+        if host_model not in HOST_MODELS:
+            raise ConfigError(
+                f"extra.anchor_host={host_model!r}; allowed: {', '.join(HOST_MODELS)}"
+            )
+        anchor = str(extra.get("anchor", DEFAULT_ANCHOR))
+        return anchored_results(recs, config.hardware, anchor, host_model)
     if holdout == "fit_on":
         patterns = list(extra.get("fit_on") or [])
         if not patterns:
