@@ -89,7 +89,7 @@ def test_a_typo_under_extra_of_a_validation_task_is_refused(tmp_path):
     assert not run_dir.exists()
     # without the +, Hydra refuses the new key itself: the message still lists the task's keys
     r = run_cli(["+experiment=validate", "extra.holdot=loo", f"hydra.run.dir={run_dir}"], tmp_path)
-    line = one_line_error(r, "extra.holdot is not a key here; allowed: bands")
+    line = one_line_error(r, "extra.holdot is not a key here; allowed: anchor, anchor_host, bands")
     assert "holdout" in line and "?" not in line
     assert not run_dir.exists()
 
