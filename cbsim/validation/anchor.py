@@ -51,7 +51,7 @@ class CallMachine:
         return dataclasses.replace(hw, gpu=gpu, host=host)
 
 
-def _clamped(x: float, what: str, name: str) -> float:
+def _in_range(x: float, what: str, name: str) -> float:
     lo, hi = FACTOR_RANGE
     if not lo <= x <= hi:
         raise ConfigError(
@@ -66,7 +66,7 @@ def measure_call(
 ) -> CallMachine:
     """The call's machine from its reference runs (two simulations of each)."""
     real, sim = measure(async_.trace), measure(simulate_like(async_, hw))
-    forward = _clamped(real["decode_time_s"] / sim["decode_time_s"], "forward", async_.name)
+    forward = _in_range(real["decode_time_s"] / sim["decode_time_s"], "forward", async_.name)
     if host_model == "none":
         return CallMachine(forward)
     real_total = measure(sync.trace)["total_time_s"]
@@ -78,7 +78,7 @@ def measure_call(
     slope = (two - one) / (b - a)
     value = a + (real_total - one) / slope if slope > 0 else a
     if host_model == "factor":
-        return CallMachine(forward, host=_clamped(value, "host", sync.name))
+        return CallMachine(forward, host=_in_range(value, "host", sync.name))
     return CallMachine(forward, wake_us=value)
 
 
