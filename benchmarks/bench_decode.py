@@ -9,7 +9,8 @@ transformers continuous-batching anchor, in one process; prints ONE table.
 
 Each case runs through `cbsim.runtime.run`, the function `python -m cbsim mode=runtime` calls
 (its own model build, warm-up, collector handling: nothing harness-only), and is measured from
-its trace: ms per step (wall / steps), the decode forward's mean, the floor of those forwards
+its trace: ms per step (wall / steps), the decode step (the mean interval between decode
+forward ends: no prefill), the decode forward's mean, the floor of those forwards
 ((weights read + live KV) / the copy bandwidth, `--copy-tbps`), the share of it reached, GPU
 idle, the median host microseconds per phase over decode steps, the longest compute-lane gap
 after warm-up, and host stalls (cbsim.metrics). The anchor is transformers' own
@@ -60,6 +61,7 @@ def weights_read_bytes(model) -> int:
 def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
     from cbsim.metrics import compute_metrics
     from cbsim.runtime import run
+    from cbsim.validation.measure import decode_time_s
 
     config = make_config(case_overrides(spec, engine) + extra)
     trace = run(config, engine)
@@ -77,6 +79,8 @@ def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
         "engine": engine,
         "total_s": m["total_time_s"],
         "ms_per_step": m["step_time_ms_mean"],
+        # the decode steps alone (between consecutive forward ends), without the prefill's
+        "decode_step_ms": 1e3 * (decode_time_s(trace) or 0.0) / max(1, fwd.step.nunique()),
         "decode_fwd_ms": float(fwd.dur.mean() / 1e3),
         "floor_ms": float(floor_ms.mean()),
         "floor_share": float(floor_ms.sum() / (fwd.dur.sum() / 1e3)),
@@ -112,7 +116,7 @@ def anchor(spec: str) -> dict:
 
 def table(rows: list[dict], anchors: list[dict], copy_tbps: float, device: str) -> str:
     head = (
-        f"{'model:batch:prompt:gen':<26}{'engine':<7}{'total s':>8}{'ms/step':>9}"
+        f"{'model:batch:prompt:gen':<26}{'engine':<7}{'total s':>8}{'ms/step':>9}{'decode':>8}"
         f"{'fwd ms':>8}{'floor':>7}{'share':>7}{'idle':>7}"
         + "".join(f"{p[:6]:>8}" for p in PHASES)
         + f"{'gap ms':>8}{'stalls':>7}"
@@ -128,7 +132,7 @@ def table(rows: list[dict], anchors: list[dict], copy_tbps: float, device: str) 
             continue
         lines.append(
             f"{r['case']:<26}{r['engine']:<7}{r['total_s']:>8.2f}{r['ms_per_step']:>9.3f}"
-            f"{r['decode_fwd_ms']:>8.3f}{r['floor_ms']:>7.2f}{r['floor_share']:>7.1%}"
+            f"{r['decode_step_ms']:>8.3f}{r['decode_fwd_ms']:>8.3f}{r['floor_ms']:>7.2f}{r['floor_share']:>7.1%}"
             f"{r['gpu_idle']:>7.2%}"
             + "".join(f"{r['host_us'][p]:>8.0f}" for p in PHASES)
             + f"{r['max_gap_ms']:>8.2f}{r['host_stalls'] or 0:>7}"

@@ -96,10 +96,12 @@ def _ratio(sync: dict[str, Any], async_: dict[str, Any], key: str) -> float | No
 
 
 def speedups(results: list[RunResult]) -> list[Speedup]:
-    """One Speedup per workload recorded with both engines in one call, in the results' order."""
-    groups: dict[tuple[str, str, str], dict[str, RunResult]] = {}
+    """One Speedup per workload recorded with both engines in one call, in the results' order;
+    a workload recorded twice in one call (a repeat, in a folder of its own) is two."""
+    groups: dict[tuple[str, str, str, str], dict[str, RunResult]] = {}
     for r in results:
-        key = (r.rec.call, r.rec.model_key, r.rec.workload_key)
+        folder = r.rec.name.rpartition("/")[0]
+        key = (r.rec.call, r.rec.model_key, r.rec.workload_key, folder)
         groups.setdefault(key, {})[r.rec.engine] = r
     return [Speedup(g["sync"], g["async"]) for g in groups.values() if "sync" in g and "async" in g]
 

@@ -233,6 +233,26 @@ MATRIX["blas_b"] = {
     "8b_poisson_12": (poisson("llama3_8b", 12, 32, 3.0, 256, 768), 30),
     "q7b_32x512+1024": (shape("qwen2_5_7b", 32, 512, 1024), 18),
 }
+# the spread profile (hardware=h200_run15_spread) judged out of sample: shapes never recorded,
+# 6-128 requests of five models, predicted with their bands before the calls; two fresh machines,
+# each with the reference workload first and again last (a repeat within the call: how far one
+# workload's recorded speedup moves between runs minutes apart)
+MATRIX["probe_a"] = {
+    "8b_12x1536+768": (shape("llama3_8b", 12, 1536, 768), 24),
+    "3b_128x384+512": (shape("llama3_3b", 128, 384, 512), 14),
+    "1b_64x1024+1024": (shape("llama3_1b", 64, 1024, 1024), 14),
+    "l13b_24x512+512": (shape("llama2_13b", 24, 512, 512), 18),
+    "3b_poisson_24": (poisson("llama3_3b", 24, 64, 8.0, 512, 512), 20),
+    "rep_8b_16x512+256": (shape("llama3_8b", 16, 512, 256), 12),
+}
+MATRIX["probe_b"] = {
+    "8b_40x256+1536": (shape("llama3_8b", 40, 256, 1536), 30),
+    "q7b_6x2048+1024": (shape("qwen2_5_7b", 6, 2048, 1024), 20),
+    "1b_8x256+2048": (shape("llama3_1b", 8, 256, 2048), 14),
+    "3b_16x768+768": (shape("llama3_3b", 16, 768, 768), 14),
+    "8b_poisson_24": (poisson("llama3_8b", 24, 64, 6.0, 384, 512), 24),
+    "rep_8b_16x512+256": (shape("llama3_8b", 16, 512, 256), 12),
+}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
 
 
