@@ -253,6 +253,16 @@ MATRIX["probe_b"] = {
     "8b_poisson_24": (poisson("llama3_8b", 24, 64, 6.0, 384, 512), 24),
     "rep_8b_16x512+256": (shape("llama3_8b", 16, 512, 256), 12),
 }
+# a third fresh machine for the same judgment (chosen after probe_a and probe_b were recorded,
+# predicted before its call)
+MATRIX["probe_c"] = {
+    "8b_24x1024+1024": (shape("llama3_8b", 24, 1024, 1024), 24),
+    "1b_32x512+1536": (shape("llama3_1b", 32, 512, 1536), 14),
+    "3b_48x256+1024": (shape("llama3_3b", 48, 256, 1024), 16),
+    "q7b_64x256+512": (shape("qwen2_5_7b", 64, 256, 512), 14),
+    "l13b_4x1024+512": (shape("llama2_13b", 4, 1024, 512), 18),
+    "rep_8b_16x512+256": (shape("llama3_8b", 16, 512, 256), 12),
+}
 REFERENCE_CASE = (shape("llama3_8b", 16, 512, 256), 12)
 
 

@@ -5,7 +5,9 @@
 Each case through `cbsim.api.simulate` (what `python -m cbsim` runs) with both engines: total
 time, GPU idle, the async speedup, and the settled SM clock ratio of its median decode step
 (hardware.gpu.clock); with --bands also the P5-P95 bands of the speedup and of the sync GPU idle
-(`mode.bands=true`, the profile's host spread and model error). Printed as a markdown table;
+(`mode.bands=true`, the profile's host spread and model error). GPU idle is the simulator's
+(an eager forward's wait for its kernel launches counts idle; the runtime's events count it busy,
+as `+experiment=validate` re-times it). Printed as a markdown table;
 committed beside the recording it predicts.
 """
 
