@@ -32,6 +32,7 @@ SPAN_FIELDS: dict[str, Any] = {
     "kv_tokens": 0,
     "kind": "",
     "new_tokens": 0,
+    "launch_bound_us": 0.0,
 }
 # instants: request lifecycle events (lane "requests": arrival, first_token, finish with the
 # request's rid, finish also with its tokens) and hazards (name "hazard", with their kind)

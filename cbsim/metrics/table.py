@@ -28,6 +28,7 @@ SUMMARY_ROWS = (
     ("step time p50 (ms)", "step_time_ms_p50", "{:.3f}"),
     ("step time p99 (ms)", "step_time_ms_p99", "{:.3f}"),
     ("GPU idle", "gpu_idle_fraction", "{:.2%}"),
+    ("  of it, launch waits", "gpu_launch_wait_fraction", "{:.2%}"),
     ("HBM TB/s (forward)", "hbm_tbps_mean", "{:.2f}"),
     ("of the HBM floor", "hbm_floor_fraction", "{:.1%}"),
     ("CPU blocked", "cpu_blocked_fraction", "{:.2%}"),

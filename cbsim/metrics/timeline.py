@@ -82,6 +82,7 @@ def timeline_metrics(inp: MetricInputs) -> dict[str, Any]:
     out["lane_busy"] = lane_busy
     out["gpu_busy_fraction"] = lane_busy.get(lane, 0.0)
     out["gpu_idle_fraction"] = 1.0 - out["gpu_busy_fraction"] if total_us > 0 else 0.0
+    out["gpu_launch_wait_fraction"] = launch_wait_fraction(inp, lane, total_us)
 
     host = spans[spans.lane == S.HOST]
     waits = host[host.name == S.WAIT]
@@ -116,6 +117,17 @@ def timeline_metrics(inp: MetricInputs) -> dict[str, Any]:
     if spans.empty and isinstance(counts, dict) and counts.get("steps"):
         out.update(untraced_metrics(counts))
     return out
+
+
+def launch_wait_fraction(inp: MetricInputs, lane: str, total_us: float) -> float | None:
+    """The share of the run the GPU waited inside eager forwards for their kernels' launches,
+    part of the simulator's GPU idle. A recording cannot tell it apart: the runtime's CUDA events
+    count it busy (compare its idle with the simulator's idle less this), a profiler import
+    counts it idle (None for both: not measured)."""
+    if inp.source != "sim" or total_us <= 0:
+        return None
+    spans = inp.spans
+    return float(spans.loc[spans.lane == lane, "launch_bound_us"].sum()) / total_us
 
 
 def untraced_metrics(counts: dict[str, Any]) -> dict[str, Any]:

@@ -119,7 +119,7 @@ class Recorder:
         """The span and instant tables (cbsim.metrics.MetricInputs' spans, instants, lanes)."""
         c = dict(self.cols)
         arg_list = c.pop("args")
-        for k, d in {**ARG_DEFAULTS, "new_tokens": 0}.items():
+        for k, d in {**ARG_DEFAULTS, "new_tokens": 0, "launch_bound_us": 0.0}.items():
             c[k] = [a.get(k, d) for a in arg_list]
         for column, row, args in self.forward_args:
             column[row] = args["new_tokens"]
@@ -156,6 +156,10 @@ class Recorder:
                 **{k: col(k, np.int64) for k in SPAN_COLUMNS[:4]},
                 "kind": pd.array(col("kind", object), dtype="str"),
                 "new_tokens": col("new_tokens", np.int64),
+                # a block's spans (decode stretches: graph replays) wait on no launches
+                "launch_bound_us": np.concatenate(
+                    (np.asarray(c["launch_bound_us"], dtype=np.float64), np.zeros(sum(counts)))
+                ),
             }
         )
         inst = dict(self.inst)

@@ -16,6 +16,9 @@ STANDARD_ARG_DEFAULTS: dict[str, Any] = {
     "kv_tokens": 0,
     "kind": "",
     "new_tokens": 0,
+    # the simulator's eager forwards: how long the stream waited inside the span for the host's
+    # kernel launches (idle on the GPU; a CUDA event around the forward counts it busy)
+    "launch_bound_us": 0.0,
 }
 SPAN_COLUMNS = ["lane", "name", "cat", "ts", "dur", "end", *STANDARD_ARG_DEFAULTS]
 

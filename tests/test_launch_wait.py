@@ -1,0 +1,43 @@
+"""The simulator's GPU idle counts an eager forward's wait for its kernel launches; the runtime's
+CUDA events count it busy. metrics carry that wait apart (gpu_launch_wait_fraction), so the
+simulator's idle less it is what an event-timed recording shows, and a recording says it
+did not measure it."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_config
+
+from cbsim.calibration.simulated import event_timed
+from cbsim.metrics import compute_metrics, format_table
+from cbsim.sim import run
+from cbsim.trace import Trace
+
+ONLINE = [
+    "model=llama3_1b",
+    "hardware=h200_run15_spread",
+    "workload.batch_size=8",
+    "workload.num_requests=16",
+    "workload.prompt_len=256",
+    "workload.gen_len=16",
+    "workload.arrival=poisson",
+    "workload.rate=40.0",
+    "workload.max_batch_tokens=512",
+]
+
+
+def test_the_launch_wait_is_the_idle_an_event_timed_recording_does_not_see():
+    trace = run(make_config([*ONLINE, "engine=sync"]), "sync")
+    m = compute_metrics(trace)
+    wait = m["gpu_launch_wait_fraction"]
+    assert wait > 0.01, m  # eager prefill chunks of a small model wait on their launches
+    timed = compute_metrics(event_timed(trace))
+    assert timed["gpu_idle_fraction"] == pytest.approx(m["gpu_idle_fraction"] - wait, abs=1e-6)
+    assert "launch waits" in format_table({"sync": m})
+
+
+def test_a_recording_does_not_claim_a_launch_wait_it_cannot_measure():
+    trace = run(make_config([*ONLINE, "engine=sync"]), "sync")
+    recorded = Trace(trace.events, {**trace.other_data, "source": "runtime"})
+    assert recorded.source == "runtime"
+    assert compute_metrics(recorded)["gpu_launch_wait_fraction"] is None
