@@ -20,9 +20,10 @@ PROBE_A = ",".join(
 
 @ON_RUN18
 def test_the_spread_profiles_bands_hold_runs_it_never_saw(tmp_path):
-    """Measured at this commit (h200_run18/README.md, all 28 runs): 96% inside P5-P95 at a median
-    idle half-width of 0.75 pp, every speedup inside its band, 8 of 14 within 1 point; these four
-    workloads: every run and speedup inside, the speedups -1.5..-0.8 points."""
+    """Measured at this commit (h200_run18/README.md, all 42 runs of three machines): 98% inside
+    P5-P95 at a median idle half-width of 0.75 pp, 19 of 21 speedups inside their bands, 9 of 21
+    within 1 point; these four workloads: every run and speedup inside, the speedups -1.5..-0.8
+    points."""
     out = validate_recorded(
         tmp_path,
         PROBE_A,
