@@ -86,6 +86,10 @@ class Recorder:
             block[k] = np.asarray(v, dtype=np.int64) if isinstance(v, list) else v
         if isinstance(block["new_tokens"], int):
             block["new_tokens"] = np.full(n, block["new_tokens"], dtype=np.int64)
+        wait = args.get("launch_bound_us", 0.0)  # eager forwards: their wait on the launches
+        block["launch_bound_us"] = (
+            np.asarray(wait, dtype=np.float64) if isinstance(wait, list) else wait
+        )
         self.blocks.append(block)
         return block
 
@@ -156,10 +160,7 @@ class Recorder:
                 **{k: col(k, np.int64) for k in SPAN_COLUMNS[:4]},
                 "kind": pd.array(col("kind", object), dtype="str"),
                 "new_tokens": col("new_tokens", np.int64),
-                # a block's spans (decode stretches: graph replays) wait on no launches
-                "launch_bound_us": np.concatenate(
-                    (np.asarray(c["launch_bound_us"], dtype=np.float64), np.zeros(sum(counts)))
-                ),
+                "launch_bound_us": col("launch_bound_us", np.float64),
             }
         )
         inst = dict(self.inst)

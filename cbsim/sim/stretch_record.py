@@ -100,12 +100,17 @@ def _columns(
     split = c.carry_us if not c.graph else 0.0  # an eager carry-over is a span of its own
     if carry and not c.graph:
         rec.extend(S.COMPUTE, S.CARRY_OVER, busy, [c.carry_us] * k, **batch)
+    # as _launch_spans: the stream's wait inside each forward for the host's launches
+    waits = [
+        w if w > 0.5 else 0.0 for w in ((e - s) - f for (s, e), f in zip(tl.compute, tl.forward))
+    ]
     forwards = rec.extend(
         S.COMPUTE,
         S.GRAPH_REPLAY if c.graph else S.FORWARD,
         [b + split for b in busy] if not (carry and c.graph) else busy,
         [f - split for f in tl.forward] if not (carry and c.graph) else tl.forward,
         new_tokens=n,
+        launch_bound_us=waits,
         **batch,
     )
     rec.extend(S.D2H, S.COPY_D2H, [s for s, _ in tl.d2h], [e - s for s, e in tl.d2h], **batch)
