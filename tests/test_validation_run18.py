@@ -1,4 +1,4 @@
-"""The spread profile judged on machines it never saw (h200_run18: two fresh machines, shapes
+"""The spread profile judged on machines it never saw (h200_run18: three fresh machines, shapes
 never recorded, predicted with their bands before the calls): the bands hold the held-out runs
 and the speedups; a workload repeated in one call is its own speedup pair."""
 

@@ -124,9 +124,8 @@ def _columns(
     host._last_counters = {**first, "kv_blocks_used": used + int(opened.sum())}
     args = step_args(steps[-1], (host.launches + k - 1) % len(host.slots.slots), n, kv[-1])
     fwd_args = {**args, "new_tokens": n}
-    c_start, c_end = tl.compute[-1]
-    if c_end - c_start - tl.forward[-1] > 0.5:
-        fwd_args["launch_bound_us"] = c_end - c_start - tl.forward[-1]
+    if waits[-1]:
+        fwd_args["launch_bound_us"] = waits[-1]
     if carry and c.graph:
         fwd_args["carry_over_us"] = c.carry_us
     if carry:
