@@ -1,0 +1,132 @@
+"""Whether a run's decode forward depends on its engine or on its place in the process.
+
+    python experiments/runtime/diag_run_order.py OUTDIR SPEC ORDER [SPEC ORDER ...]
+
+SPEC is bench_decode.py's MODEL:BATCH:PROMPT:GEN, ORDER the engines in turn (e.g. "sasaas"; an
+upper-case letter first empties the allocator's cache: `gc.collect(); torch.cuda.empty_cache()`;
+"h" heats the GPU for HEAT_S with bf16 GEMMs, "z" lets it cool for COOL_S, "k" makes every later
+run reuse the streams of the first that asked for them, rather than taking new ones; "o" runs
+the async loop with its H2D, forward and D2H on one stream, as the sync engine's).
+The recordings run sync then async in one process, each through `cbsim.runtime.run`, each
+building its own model (experiments/runtime/record.py): their async decode forward was 17-221
+us longer than the sync one, constant over a run, while with one model shared by both loops it
+was 30-40 us (diag_engine_factors.py). Here the same calls run in the given order; per run the
+median decode forward after the first SKIP steps, the decode step, the bytes the allocator held
+before the run and the GPU's and HBM's temperatures (nvidia-smi) before it. Writes OUTDIR/diag_run_order.json, prints a
+table.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_anchor import make_config  # noqa: E402
+from bench_decode import case_overrides  # noqa: E402
+
+SKIP = 16
+ENGINES = {"s": "sync", "a": "async", "o": "async"}
+HEAT_S = 20.0
+COOL_S = 40.0
+
+
+def keep_streams() -> None:
+    """Streams.create answers each (device, three) with the streams it first made."""
+    from cbsim.runtime import engine
+
+    made: dict = {}
+    create = engine.Streams.create
+
+    def cached(device, three: bool):
+        key = (str(device), three)
+        if key not in made:
+            made[key] = create(device, three)
+        return made[key]
+
+    engine.Streams.create = cached
+
+
+def heat() -> None:
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < HEAT_S:
+        for _ in range(50):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def temperatures() -> str:
+    q = ["nvidia-smi", "--query-gpu=temperature.gpu,temperature.memory", "--format=csv,noheader"]
+    return subprocess.run(q, capture_output=True, text=True).stdout.strip()
+
+
+def one_run(spec: str, engine: str, release: bool, one_stream: bool = False) -> dict:
+    import torch
+
+    from cbsim.runtime import engine as runtime_engine
+
+    if release:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    from cbsim.runtime import run
+    from cbsim.validation.measure import decode_time_s
+
+    reserved = torch.cuda.memory_reserved()
+    temps = temperatures()
+    create = runtime_engine.Streams.create
+    if one_stream:
+        runtime_engine.Streams.create = lambda device, three: create(device, False)
+    try:
+        trace = run(make_config(case_overrides(spec, engine)), engine)
+    finally:
+        runtime_engine.Streams.create = create
+    sp = trace.spans
+    fwd = sp[(sp.lane == "compute") & (sp.kind == "decode")].sort_values("ts")
+    return {
+        "engine": engine + ("/1" if one_stream else ""),
+        "fwd_us": float(np.median(fwd.dur.to_numpy()[SKIP:])),
+        "decode_step_us": 1e6 * (decode_time_s(trace) or 0.0) / max(1, fwd.step.nunique()),
+        "reserved_before_gb": reserved / 1e9,
+        "released": release,
+        "temperatures_before": temps,
+    }
+
+
+def main(argv: list[str]) -> None:
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    result = {}
+    for spec, order in zip(argv[1::2], argv[2::2], strict=True):
+        result[spec] = []
+        for c in order:
+            if c == "h":
+                heat()
+            elif c == "k":
+                keep_streams()
+            elif c == "z":
+                time.sleep(COOL_S)
+            else:
+                result[spec].append(
+                    one_run(spec, ENGINES[c.lower()], c.isupper(), c.lower() == "o")
+                )
+        for i, r in enumerate(result[spec]):
+            print(
+                f"{spec:<24}{i:>3} {r['engine']:<6}{r['fwd_us']:>9.0f}{r['decode_step_us']:>9.0f}"
+                f"{r['reserved_before_gb']:>8.1f} GB  {'released' if r['released'] else '':<9}"
+                f"{r['temperatures_before']}"
+            )
+    (out / "diag_run_order.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
