@@ -156,7 +156,8 @@ def build(
         raise ConfigError(
             oom_message(config, setup.num_kv_blocks, "building the model and KV cache", exc)
         ) from None
-    streams = Streams.create(device, three=is_async)
+    # the sync engine always runs on one stream; async on three or, with engine.streams=one, one
+    streams = Streams.create(device, three=is_async and setup.engine.streams == "three")
     if streams.cuda:
         # the model's initialization and the buffers' zero fills are queued on the default
         # stream; the warm-up and the loop run on non-blocking streams, which do not wait for it
@@ -295,6 +296,10 @@ def other_data(
         # the Triton decode kernel's launch rule (engine.decode_launch); none: the torch path
         "decode_launch": dataclasses.asdict(runner.launch_rule) if runner.decode_kernel else None,
         "io_slots": len(runner.slots),
+        # the CUDA streams the loop ran on (None on a CPU): a forward's speed depends on them
+        "streams": None
+        if device.type != "cuda"
+        else ("three" if engine == "async" and config.engine.streams == "three" else "one"),
         "tracing": config.mode.tracing,
         "interrupted": interrupted,
     }

@@ -48,7 +48,7 @@ BAD_VALUES = [
     (["workload.chunked_prefill=false", "workload.prompt_len=10000"], "chunked_prefill"),
     (["workload.kv_block_size=0"], "workload.kv_block_size"),
     (["engine.io_slots=3"], "engine.io_slots"),
-    (["engine.streams=four"], "allowed: three, default"),
+    (["engine.streams=four"], "allowed: three, one, default"),
     (["engine.carry_over=false"], "engine.carry_over"),
     (["engine.graph_batch_sizes=[]"], "engine.graph_batch_sizes"),
     (["mode=runtime", "engine.io_slots=1"], "engine.io_slots=1"),

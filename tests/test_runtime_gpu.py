@@ -57,6 +57,22 @@ def test_async_equals_sync_equals_generate(config_factory, case, attention):
         assert (host.name == S.WAIT).sum() == res.summary["steps"]
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_async_on_one_stream_equals_sync(config_factory, case):
+    """engine.streams=one: the async loop's copies and forwards on one stream, its host still
+    ahead (batch N+1 launched before N's forward ends), its tokens the sync engine's."""
+    over = GPU + CASES[case] + ["mode.attention=auto", "engine.graph_batch_sizes=[1,2,4]"]
+    sync = execute(config_factory(over + ["engine=sync"]), "sync")
+    one = execute(config_factory(over + ["engine=async", "engine.streams=one"]), "async")
+    assert one.trace.other_data["streams"] == "one" and sync.trace.other_data["streams"] == "one"
+    assert one.summary["graph_steps"] > 0
+    assert_same_tokens(one, sync.outputs)
+    trace = validate(one.trace.to_json_obj())
+    gpu = trace.spans[trace.spans.lane.isin([S.H2D, S.COMPUTE, S.D2H])].sort_values("ts")
+    # one queue: no GPU operation starts before the one enqueued ahead of it has ended
+    assert (gpu.ts.to_numpy()[1:] >= (gpu.ts + gpu.dur).to_numpy()[:-1] - 1.0).all()
+
+
 def test_async_overlaps_host_and_gpu_and_shares_the_graph_pool(config_factory):
     """Batch N+1 is launched before batch N's forward ends; two slots' graphs in one pool cost
     about one slot's, not double."""

@@ -51,7 +51,7 @@ def both_ways(cfg, engine: str) -> tuple[dict, dict]:
     st.fixed_dictionaries(
         {
             "io_slots": st.sampled_from([2, 2, 1]),
-            "streams": st.sampled_from(["three", "three", "default"]),
+            "streams": st.sampled_from(["three", "three", "one", "default"]),
             "event_waits": st.sampled_from([True, True, False]),
             "cuda_graphs": st.booleans(),
         }

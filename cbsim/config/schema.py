@@ -28,7 +28,7 @@ ENGINES = ("sync", "async", "compare")
 DTYPES = ("bfloat16", "float16", "float32")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")
 ARRIVALS = ("offline", "poisson")
-STREAM_MODES = ("three", "default")
+STREAM_MODES = ("three", "one", "default")
 BAND_CHOICES = ("auto", "true", "false")
 # the extra keys task=run reads, each with what it does (calibrate and validate declare theirs
 # in cbsim.validation.tasks.EXTRA_KEYS, capacity in cbsim.capacity.EXTRA_KEYS; profile_kernels
@@ -177,8 +177,11 @@ class EngineConfig:
     # IO slots (pinned host + device input buffers): async needs 2; 1 shows the overwrite hazard
     io_slots: int = 2
     cuda_graphs: bool = True
-    # "three": H2D, compute and D2H on their own streams; "default": everything on the legacy
-    # default stream, which serialises with every other stream (the pitfall: all overlap lost)
+    # "three": H2D, compute and D2H on their own streams; "one": all three on one stream, as the
+    # sync engine always runs (the copies wait for the forward before them; a process that has
+    # used one stream runs its forwards 2-7% faster, experiments/runtime/h200_run19, which the
+    # simulator does not model); "default": everything on the legacy default stream, which
+    # serialises with every other stream (the pitfall: all overlap lost; simulator only)
     streams: str = "three"
     # in-graph token carry-over (input_ids += scatter(carry, outputs)); async requires it
     carry_over: bool = True
@@ -379,7 +382,7 @@ class CbsimConfig:
             )
         if self.engine.streams == "default" and runtime:
             raise ConfigError(
-                "engine.streams=default is a simulator what-if; allowed with mode=runtime: three"
+                "engine.streams=default is a simulator what-if; allowed with mode=runtime: three, one"
             )
         if not self.engine.event_waits and runtime:
             raise ConfigError(

@@ -67,7 +67,7 @@ class HostState:
         self.sched = setup.scheduler
         self.device = Device(self.engine.streams, config.hardware.gpu.forward_gap_us)
         self.launch_queue = LaunchQueue(config.hardware.gpu.launch_queue_depth)
-        self.rec = Recorder(trace, (S.HOST, *(st.lane for st in self.device.streams)))
+        self.rec = Recorder(trace, (S.HOST, *self.device.lanes))
         self._last_counters: dict[str, int] = {}
         self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
         self._asked_us = 0.0  # when the last schedule phase asked the scheduler (host_phases.py)

@@ -16,6 +16,9 @@ that is what the IO slots check for hazards, independently of how the timing hap
 ``engine.streams=default`` puts every operation on one stream, the legacy default stream, so
 copies and compute serialise; and reading the sampled tokens there is a device-wide sync (the
 host waits for everything enqueued so far, the next batch included): all overlap is lost.
+``engine.streams=one`` puts them on one ordinary stream, as the runtime's sync engine does: the
+copies wait for the forward before them, the host still waits on its own event only, and each
+operation keeps its own lane in the trace (the runtime writes its lanes by operation too).
 """
 
 from __future__ import annotations
@@ -73,9 +76,10 @@ class Stream:
         host_vc: list[int],
         waits: tuple[CudaEvent, ...] = (),
         not_before_end: float = 0.0,
+        lane: str | None = None,
     ) -> Op:
         """Enqueue an op at host time ``now``; ``not_before_end``: it cannot end earlier (eager
-        kernels are still being launched)."""
+        kernels are still being launched); ``lane``: the trace lane, if not the stream's."""
         ready = self.tail + self.gap if self.seq else self.tail
         start = now if now > ready else ready
         vc = list(map(max, self.vc, host_vc))
@@ -87,7 +91,7 @@ class Stream:
         if not_before_end > end:
             end = not_before_end
         self.seq += 1
-        op = Op(self.index, self.seq, self.lane, name, start, end, tuple(vc))
+        op = Op(self.index, self.seq, lane or self.lane, name, start, end, tuple(vc))
         vc[self.index] = self.seq
         self.vc = vc
         self.tail = end
@@ -96,6 +100,22 @@ class Stream:
 
     def record(self) -> CudaEvent:
         return CudaEvent(self.tail, tuple(self.vc))
+
+
+class LaneView:
+    """One stream seen under another lane: the H2D and D2H copies of ``engine.streams=one``
+    queue on the compute stream and are drawn on their own lanes."""
+
+    __slots__ = ("stream", "lane")
+
+    def __init__(self, stream: Stream, lane: str) -> None:
+        self.stream, self.lane = stream, lane
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+    def enqueue(self, name: str, now: float, dur: float, host_vc: list[int], *args, **kw) -> Op:
+        return self.stream.enqueue(name, now, dur, host_vc, *args, lane=self.lane, **kw)
 
 
 class LaunchQueue:
@@ -126,7 +146,7 @@ class LaunchQueue:
 
 
 class Device:
-    """The three streams (or one legacy default stream) and the host's knowledge of them."""
+    """The three streams (or one, or the legacy default stream) and the host's knowledge of them."""
 
     def __init__(self, mode: str, forward_gap_us: float = 0.0) -> None:
         if mode == "three":
@@ -134,11 +154,16 @@ class Device:
             self.compute = Stream(1, S.COMPUTE, 3, forward_gap_us)
             self.d2h = Stream(2, S.D2H, 3)
             self.streams = (self.h2d, self.compute, self.d2h)
+        elif mode == "one":
+            self.compute = Stream(0, S.COMPUTE, 1, forward_gap_us)
+            self.h2d, self.d2h = LaneView(self.compute, S.H2D), LaneView(self.compute, S.D2H)
+            self.streams = (self.compute,)
         else:
             default = Stream(0, S.DEFAULT, 1)
             self.h2d = self.compute = self.d2h = default
             self.streams = (default,)
-        self.default_stream = mode != "three"
+        self.default_stream = mode == "default"
+        self.lanes = tuple(dict.fromkeys(st.lane for st in (self.h2d, self.compute, self.d2h)))
         self.host_vc = [0] * len(self.streams)
         # the SM clock as the last forward left it, a ratio of boost (cbsim/costs/clock.py)
         self.clock_ratio = 1.0
