@@ -137,9 +137,19 @@ def build(
     device: torch.device,
     cpu_emulation: bool,
     model: torch.nn.Module | None,
+    *,
+    three_streams: bool | None = None,
+    carry_over: bool | None = None,
 ) -> tuple[ModelRunner, Streams]:
-    """The model, KV cache, IO slots and streams, warmed up, graphs captured."""
+    """The model, KV cache, IO slots and streams, warmed up, graphs captured. The streams and
+    the carry-over follow the engine (sync: one stream, none; async: engine.streams, on); the
+    two keywords set them apart for diagnostics (experiments/runtime/diag_engine_factors.py)."""
     is_async = setup.engine.name == "async"
+    if three_streams is None:
+        # the sync engine always runs on one stream; async on three or, with streams=one, one
+        three_streams = is_async and setup.engine.streams == "three"
+    if carry_over is None:
+        carry_over = is_async
     try:
         runner = ModelRunner(
             config,
@@ -147,7 +157,7 @@ def build(
             num_kv_blocks=setup.num_kv_blocks,
             max_context=setup.max_context,
             num_slots=setup.io_slots,
-            carry_over=is_async,
+            carry_over=carry_over,
             graphs=setup.engine.cuda_graphs,
             emulate_graphs=cpu_emulation,
             model=model,
@@ -156,8 +166,7 @@ def build(
         raise ConfigError(
             oom_message(config, setup.num_kv_blocks, "building the model and KV cache", exc)
         ) from None
-    # the sync engine always runs on one stream; async on three or, with engine.streams=one, one
-    streams = Streams.create(device, three=is_async and setup.engine.streams == "three")
+    streams = Streams.create(device, three=three_streams)
     if streams.cuda:
         # the model's initialization and the buffers' zero fills are queued on the default
         # stream; the warm-up and the loop run on non-blocking streams, which do not wait for it

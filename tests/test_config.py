@@ -96,6 +96,12 @@ def test_bad_types_and_unknown_keys_fail_while_composing(overrides, fragment):
     assert fragment in str(err.value) or fragment in str(err.value.__cause__)
 
 
+def test_one_stream_is_a_what_if_of_both_back_ends():
+    for mode in ("sim", "runtime"):
+        cfg = make_config([f"mode={mode}", "engine=compare", "engine.streams=one"])
+        assert cfg.engine.streams == "one"
+
+
 def test_cli_config_error_is_a_message_not_a_traceback(tmp_path):
     result = run_cli(["workload.batch_size=-3"], cwd=tmp_path)
     assert result.returncode == 2

@@ -229,6 +229,7 @@ def test_cpu_emulation_of_async_order_and_graph_buckets(config_factory, case, en
     assert_same_tokens(result, reference_tokens(config))
     assert result.summary["graph_steps"] > 0
     assert result.trace.other_data["io_slots"] == (2 if engine == "async" else 1)
+    assert result.trace.other_data["streams"] is None  # a CPU has none
     names = set(result.trace.spans[result.trace.spans.lane == S.COMPUTE].name)
     assert S.GRAPH_REPLAY in names
 

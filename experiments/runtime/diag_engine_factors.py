@@ -7,8 +7,8 @@ SPEC is bench_decode.py's MODEL:BATCH:PROMPT:GEN. h200_run15-18 recorded the syn
 forward 3-13% shorter than the async loop's on the 1B at 8-32 requests (under torch.profiler the
 two took the same time, h200_run18/diag_engines). The product ties the factors together: sync
 runs on one stream without the carry-over, async on three streams with it. Here each is set on
-its own, through `cbsim.runtime.engine.execute` (the loop, recorder and runner the CLI runs) with
-only its `build` swapped for one taking the two flags explicitly:
+its own, through `cbsim.runtime.engine.execute` (the loop, recorder and runner the CLI runs), its
+`build` given the two flags explicitly:
 
     loop   streams  carry-over
     sync   one      off          the product's sync
@@ -46,39 +46,13 @@ VARIANTS = (  # (name, loop, three streams, carry-over)
 )
 
 
-def build_variant(config, setup, device, cpu_emulation, model, *, three: bool, carry: bool):
-    """engine.build with the streams and the carry-over given rather than taken from the loop."""
-    import torch
-
-    from cbsim.runtime.engine import ModelRunner, Streams, warm_up
-
-    runner = ModelRunner(
-        config,
-        device,
-        num_kv_blocks=setup.num_kv_blocks,
-        max_context=setup.max_context,
-        num_slots=setup.io_slots,
-        carry_over=carry,
-        graphs=setup.engine.cuda_graphs,
-        emulate_graphs=cpu_emulation,
-        model=model,
-    )
-    streams = Streams.create(device, three=three)
-    torch.cuda.synchronize(device)
-    longest = max(r.prompt_len for r in setup.requests)
-    w = config.workload
-    warm_up(runner, streams, config.mode.warmup_steps, min(w.max_batch_tokens, longest))
-    runner.capture_graphs(streams.compute)
-    return runner, streams
-
-
 def measure(spec: str, loop: str, three: bool, carry: bool, model) -> dict:
     from cbsim.runtime import engine
     from cbsim.validation.measure import decode_time_s
 
     config = make_config(case_overrides(spec, loop))
     original = engine.build
-    engine.build = functools.partial(build_variant, three=three, carry=carry)
+    engine.build = functools.partial(original, three_streams=three, carry_over=carry)
     try:
         trace = engine.execute(config, loop, model=model).trace
     finally:

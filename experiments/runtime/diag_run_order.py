@@ -6,7 +6,7 @@ SPEC is bench_decode.py's MODEL:BATCH:PROMPT:GEN, ORDER the engines in turn (e.g
 upper-case letter first empties the allocator's cache: `gc.collect(); torch.cuda.empty_cache()`;
 "h" heats the GPU for HEAT_S with bf16 GEMMs, "z" lets it cool for COOL_S, "k" makes every later
 run reuse the streams of the first that asked for them, rather than taking new ones; "o" runs
-the async loop with its H2D, forward and D2H on one stream, as the sync engine's).
+the async loop with its H2D, forward and D2H on one stream, engine.streams=one).
 The recordings run sync then async in one process, each through `cbsim.runtime.run`, each
 building its own model (experiments/runtime/record.py): their async decode forward was 17-221
 us longer than the sync one, constant over a run, while with one model shared by both loops it
@@ -72,8 +72,6 @@ def temperatures() -> str:
 def one_run(spec: str, engine: str, release: bool, one_stream: bool = False) -> dict:
     import torch
 
-    from cbsim.runtime import engine as runtime_engine
-
     if release:
         gc.collect()
         torch.cuda.empty_cache()
@@ -83,13 +81,8 @@ def one_run(spec: str, engine: str, release: bool, one_stream: bool = False) -> 
 
     reserved = torch.cuda.memory_reserved()
     temps = temperatures()
-    create = runtime_engine.Streams.create
-    if one_stream:
-        runtime_engine.Streams.create = lambda device, three: create(device, False)
-    try:
-        trace = run(make_config(case_overrides(spec, engine)), engine)
-    finally:
-        runtime_engine.Streams.create = create
+    extra = ["engine.streams=one"] if one_stream else []
+    trace = run(make_config(case_overrides(spec, engine) + extra), engine)
     sp = trace.spans
     fwd = sp[(sp.lane == "compute") & (sp.kind == "decode")].sort_values("ts")
     return {
