@@ -226,7 +226,8 @@ def execute(
     if streams.cuda:
         rec.measure_drift()
     summary = summarize(state, setup, wall_s, setup_s, gc_counts)
-    trace = rec.build(other_data(engine, runner, setup, summary, device, config, interrupted))
+    other = other_data(engine, runner, setup, summary, device, config, interrupted, streams.mode)
+    trace = rec.build(other)
     if interrupted:
         raise Interrupted(trace)
     outputs = {r.rid: sched.outputs(r.rid) for r in setup.requests}
@@ -269,6 +270,7 @@ def other_data(
     device: torch.device,
     config: CbsimConfig,
     interrupted: bool,
+    streams: str | None,
 ) -> dict[str, Any]:
     return {
         "engine": engine,
@@ -306,9 +308,7 @@ def other_data(
         "decode_launch": dataclasses.asdict(runner.launch_rule) if runner.decode_kernel else None,
         "io_slots": len(runner.slots),
         # the CUDA streams the loop ran on (None on a CPU): a forward's speed depends on them
-        "streams": None
-        if device.type != "cuda"
-        else ("three" if engine == "async" and config.engine.streams == "three" else "one"),
+        "streams": streams,
         "tracing": config.mode.tracing,
         "interrupted": interrupted,
     }

@@ -49,6 +49,13 @@ class Streams:
     def cuda(self) -> bool:
         return self.compute is not None
 
+    @property
+    def mode(self) -> str | None:
+        """engine.streams' word for what the loop runs on; None on a CPU."""
+        if not self.cuda:
+            return None
+        return "one" if self.h2d is self.compute else "three"
+
 
 class EventRing:
     """Per step: (h2d start, h2d_done, compute start, compute_done, d2h start, d2h_done); the

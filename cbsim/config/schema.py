@@ -178,9 +178,9 @@ class EngineConfig:
     io_slots: int = 2
     cuda_graphs: bool = True
     # "three": H2D, compute and D2H on their own streams; "one": all three on one stream, as the
-    # sync engine always runs (the copies wait for the forward before them; a process that has
-    # used one stream runs its forwards 2-7% faster, experiments/runtime/h200_run19, which the
-    # simulator does not model); "default": everything on the legacy default stream, which
+    # sync engine always runs (the copies wait for the forward before them; while a process has
+    # used one stream only, its forwards ran 2-7% faster, experiments/runtime/h200_run19, which
+    # the simulator does not model); "default": everything on the legacy default stream, which
     # serialises with every other stream (the pitfall: all overlap lost; simulator only)
     streams: str = "three"
     # in-graph token carry-over (input_ids += scatter(carry, outputs)); async requires it
