@@ -177,11 +177,10 @@ class EngineConfig:
     # IO slots (pinned host + device input buffers): async needs 2; 1 shows the overwrite hazard
     io_slots: int = 2
     cuda_graphs: bool = True
-    # "three": H2D, compute and D2H on their own streams; "one": all three on one stream, as the
-    # sync engine always runs (the copies wait for the forward before them; while a process has
-    # used one stream only, its forwards ran 2-7% faster, experiments/runtime/h200_run19, which
-    # the simulator does not model); "default": everything on the legacy default stream, which
-    # serialises with every other stream (the pitfall: all overlap lost; simulator only)
+    # "three": H2D, compute and D2H on their own streams; "one": all on one, as sync always runs
+    # (the copies wait for the forwards; a process that used one stream ran its forwards 2-7%
+    # faster, experiments/runtime/h200_run19: not simulated); "default": the legacy default
+    # stream, which serialises with every other (the pitfall: all overlap lost; simulator only)
     streams: str = "three"
     # in-graph token carry-over (input_ids += scatter(carry, outputs)); async requires it
     carry_over: bool = True
