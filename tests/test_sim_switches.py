@@ -1,6 +1,6 @@
 """The simulator's what-if switches, one at a time, each visible in the trace and the metrics:
-IO slots, event waits, one stream, the default stream, CUDA graphs, launch costs, stalls, idle slowdown,
-the launch queue."""
+IO slots, event waits, one stream, the default stream, CUDA graphs, launch costs, stalls, idle
+slowdown, the launch queue."""
 
 from __future__ import annotations
 

@@ -46,9 +46,22 @@ VARIANTS = (  # (name, loop, three streams, carry-over)
 )
 
 
+def forward_figures(trace) -> dict:
+    """The median and mean decode forward after the first SKIP steps, and the decode step."""
+    from cbsim.validation.measure import decode_time_s
+
+    sp = trace.spans
+    fwd = sp[(sp.lane == "compute") & (sp.kind == "decode")].sort_values("ts")
+    durs = fwd.dur.to_numpy()[SKIP:]
+    return {
+        "fwd_us": float(np.median(durs)),
+        "fwd_mean_us": float(durs.mean()),
+        "decode_step_us": 1e6 * (decode_time_s(trace) or 0.0) / max(1, fwd.step.nunique()),
+    }
+
+
 def measure(spec: str, loop: str, three: bool, carry: bool, model) -> dict:
     from cbsim.runtime import engine
-    from cbsim.validation.measure import decode_time_s
 
     config = make_config(case_overrides(spec, loop))
     original = engine.build
@@ -57,14 +70,7 @@ def measure(spec: str, loop: str, three: bool, carry: bool, model) -> dict:
         trace = engine.execute(config, loop, model=model).trace
     finally:
         engine.build = original
-    sp = trace.spans
-    fwd = sp[(sp.lane == "compute") & (sp.kind == "decode")].sort_values("ts")
-    steps = max(1, fwd.step.nunique())
-    return {
-        "fwd_us": float(np.median(fwd.dur.to_numpy()[SKIP:])),
-        "fwd_mean_us": float(fwd.dur.to_numpy()[SKIP:].mean()),
-        "decode_step_us": 1e6 * (decode_time_s(trace) or 0.0) / steps,
-    }
+    return forward_figures(trace)
 
 
 def main(argv: list[str]) -> None:

@@ -11,9 +11,9 @@ The recordings run sync then async in one process, each through `cbsim.runtime.r
 building its own model (experiments/runtime/record.py): their async decode forward was 17-221
 us longer than the sync one, constant over a run, while with one model shared by both loops it
 was 30-40 us (diag_engine_factors.py). Here the same calls run in the given order; per run the
-median decode forward after the first SKIP steps, the decode step, the bytes the allocator held
-before the run and the GPU's and HBM's temperatures (nvidia-smi) before it. Writes OUTDIR/diag_run_order.json, prints a
-table.
+median decode forward after the first steps (diag_engine_factors.SKIP), the decode step, the
+bytes the allocator held before the run and the GPU's and HBM's temperatures (nvidia-smi) before
+it. Writes OUTDIR/diag_run_order.json, prints a table.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_anchor import make_config  # noqa: E402
 from bench_decode import case_overrides  # noqa: E402
+from diag_engine_factors import forward_figures  # noqa: E402
 
-SKIP = 16
 ENGINES = {"s": "sync", "a": "async", "o": "async"}
 HEAT_S = 20.0
 COOL_S = 40.0
@@ -77,18 +76,16 @@ def one_run(spec: str, engine: str, release: bool, one_stream: bool = False) -> 
         torch.cuda.empty_cache()
 
     from cbsim.runtime import run
-    from cbsim.validation.measure import decode_time_s
 
     reserved = torch.cuda.memory_reserved()
     temps = temperatures()
     extra = ["engine.streams=one"] if one_stream else []
     trace = run(make_config(case_overrides(spec, engine) + extra), engine)
-    sp = trace.spans
-    fwd = sp[(sp.lane == "compute") & (sp.kind == "decode")].sort_values("ts")
+    figures = forward_figures(trace)
     return {
         "engine": engine + ("/1" if one_stream else ""),
-        "fwd_us": float(np.median(fwd.dur.to_numpy()[SKIP:])),
-        "decode_step_us": 1e6 * (decode_time_s(trace) or 0.0) / max(1, fwd.step.nunique()),
+        "fwd_us": figures["fwd_us"],
+        "decode_step_us": figures["decode_step_us"],
         "reserved_before_gb": reserved / 1e9,
         "released": release,
         "temperatures_before": temps,
