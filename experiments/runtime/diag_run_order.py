@@ -5,8 +5,11 @@
 SPEC is bench_decode.py's MODEL:BATCH:PROMPT:GEN, ORDER the engines in turn (e.g. "sasaas"; an
 upper-case letter first empties the allocator's cache: `gc.collect(); torch.cuda.empty_cache()`;
 "h" heats the GPU for HEAT_S with bf16 GEMMs, "z" lets it cool for COOL_S, "k" makes every later
-run reuse the streams of the first that asked for them, rather than taking new ones; "o" runs
-the async loop with its H2D, forward and D2H on one stream, engine.streams=one).
+run reuse the streams of the first that asked for them (what runtime/streams.py does since
+h200_run20; before it each run took new ones); "o" runs
+the async loop with its H2D, forward and D2H on one stream, engine.streams=one; "m" builds one
+model, fused as the CLI's, that every later run of the SPEC is given instead of building its own,
+as bench_decode.py and diag_engine_factors.py share one).
 The recordings run sync then async in one process, each through `cbsim.runtime.run`, each
 building its own model (experiments/runtime/record.py): their async decode forward was 17-221
 us longer than the sync one, constant over a run, while with one model shared by both loops it
@@ -68,22 +71,31 @@ def temperatures() -> str:
     return subprocess.run(q, capture_output=True, text=True).stdout.strip()
 
 
-def one_run(spec: str, engine: str, release: bool, one_stream: bool = False) -> dict:
+def shared_model(spec: str):
+    import torch
+
+    from cbsim.runtime.runner import runtime_model
+
+    return runtime_model(make_config(case_overrides(spec, "sync")), torch.device("cuda"), None)
+
+
+def one_run(spec: str, engine: str, release: bool, one_stream: bool = False, model=None) -> dict:
     import torch
 
     if release:
         gc.collect()
         torch.cuda.empty_cache()
 
-    from cbsim.runtime import run
+    from cbsim.runtime.engine import execute
 
     reserved = torch.cuda.memory_reserved()
     temps = temperatures()
     extra = ["engine.streams=one"] if one_stream else []
-    trace = run(make_config(case_overrides(spec, engine) + extra), engine)
+    config = make_config(case_overrides(spec, engine) + extra)
+    trace = execute(config, engine, model=model).trace
     figures = forward_figures(trace)
     return {
-        "engine": engine + ("/1" if one_stream else ""),
+        "engine": engine + ("/1" if one_stream else "") + ("/m" if model is not None else ""),
         "fwd_us": figures["fwd_us"],
         "decode_step_us": figures["decode_step_us"],
         "reserved_before_gb": reserved / 1e9,
@@ -98,6 +110,7 @@ def main(argv: list[str]) -> None:
     result = {}
     for spec, order in zip(argv[1::2], argv[2::2], strict=True):
         result[spec] = []
+        model = None
         for c in order:
             if c == "h":
                 heat()
@@ -105,13 +118,15 @@ def main(argv: list[str]) -> None:
                 keep_streams()
             elif c == "z":
                 time.sleep(COOL_S)
+            elif c == "m":
+                model = shared_model(spec)
             else:
                 result[spec].append(
-                    one_run(spec, ENGINES[c.lower()], c.isupper(), c.lower() == "o")
+                    one_run(spec, ENGINES[c.lower()], c.isupper(), c.lower() == "o", model)
                 )
         for i, r in enumerate(result[spec]):
             print(
-                f"{spec:<24}{i:>3} {r['engine']:<6}{r['fwd_us']:>9.0f}{r['decode_step_us']:>9.0f}"
+                f"{spec:<24}{i:>3} {r['engine']:<9}{r['fwd_us']:>9.0f}{r['decode_step_us']:>9.0f}"
                 f"{r['reserved_before_gb']:>8.1f} GB  {'released' if r['released'] else '':<9}"
                 f"{r['temperatures_before']}"
             )
