@@ -4,7 +4,8 @@ Both engines launch a step the same way; they differ in the streams they pass an
 around it. The async engine passes three non-default streams (H2D, compute, D2H) ordered by
 events: H2D records `h2d_done`, compute waits on it and records `compute_done`, D2H waits on that
 and records `d2h_done`, on which the host later blocks. The sync engine passes one non-default
-stream as all three (the waits are then no-ops). On a CPU there are no streams: every op runs
+stream as all three (the waits are then no-ops), as async does with engine.streams=one. The
+streams belong to the process, not the run: every run's forward goes to the same stream. On a CPU there are no streams: every op runs
 synchronously and is timed with perf_counter.
 
 The events come from a ring made before the loop and reused step after step, so a launch
@@ -25,6 +26,8 @@ from cbsim.trace import schema as S
 from .recorder import Recorder, profiling
 from .runner import ModelRunner, StepPlan
 
+# (device index, role) -> the stream every run of this process issues that role's work to
+_PROCESS_STREAMS: dict[tuple[int, str], torch.cuda.Stream] = {}
 # steps whose events may be alive at once: the step resolved, the one in flight, the step the
 # next resolution is chained from, and the one being launched
 RING = 4
@@ -38,12 +41,17 @@ class Streams:
 
     @classmethod
     def create(cls, device: torch.device, three: bool) -> Streams:
+        """The process's streams on ``device``: one compute stream that every run's forward
+        goes to, whichever engine, and on three streams two copy streams beside it, each made
+        by the first run that needs it. A run on a stream object the process had not used
+        before got a 2-7% longer decode forward, and with them the async run after a sync one
+        (experiments/runtime/h200_run19, 2026-12-03)."""
         if device.type != "cuda":
             return cls(None, None, None)
+        compute = process_stream(device, "compute")
         if not three:
-            one = torch.cuda.Stream(device)
-            return cls(one, one, one)
-        return cls(*(torch.cuda.Stream(device) for _ in range(3)))
+            return cls(compute, compute, compute)
+        return cls(process_stream(device, "h2d"), compute, process_stream(device, "d2h"))
 
     @property
     def cuda(self) -> bool:
@@ -55,6 +63,14 @@ class Streams:
         if not self.cuda:
             return None
         return "one" if self.h2d is self.compute else "three"
+
+
+def process_stream(device: torch.device, role: str) -> torch.cuda.Stream:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, role)
+    if key not in _PROCESS_STREAMS:
+        _PROCESS_STREAMS[key] = torch.cuda.Stream(index)
+    return _PROCESS_STREAMS[key]
 
 
 class EventRing:

@@ -73,6 +73,21 @@ def test_async_on_one_stream_equals_sync(config_factory, case):
     assert (gpu.ts.to_numpy()[1:] >= (gpu.ts + gpu.dur).to_numpy()[:-1] - 1.0).all()
 
 
+def test_every_run_of_the_process_issues_its_forwards_to_one_stream():
+    """The streams belong to the process: sync, async on one stream and async on three share
+    the compute stream; three streams add two copy streams, the same for every run."""
+    import torch
+
+    from cbsim.runtime.streams import Streams
+
+    dev = torch.device("cuda")
+    one, three, again = (Streams.create(dev, t) for t in (False, True, True))
+    assert one.h2d is one.compute is one.d2h is three.compute
+    assert len({id(three.h2d), id(three.compute), id(three.d2h)}) == 3
+    assert (again.h2d, again.d2h) == (three.h2d, three.d2h)
+    assert Streams.create(torch.device("cuda:0"), False).compute is one.compute
+
+
 def test_async_overlaps_host_and_gpu_and_shares_the_graph_pool(config_factory):
     """Batch N+1 is launched before batch N's forward ends; two slots' graphs in one pool cost
     about one slot's, not double."""
