@@ -178,9 +178,9 @@ class EngineConfig:
     io_slots: int = 2
     cuda_graphs: bool = True
     # "three": H2D, compute and D2H on their own streams; "one": all on one, as sync always runs
-    # (the copies wait for the forwards; a process that used one stream ran its forwards 2-7%
-    # faster, experiments/runtime/h200_run19: not simulated); "default": the legacy default
-    # stream, which serialises with every other (the pitfall: all overlap lost; simulator only)
+    # (the copies wait for the forwards: the H200's decode step 20-28 us longer, h200_run20);
+    # "default": the legacy default stream, which serialises with every other (the pitfall: all
+    # overlap lost; simulator only)
     streams: str = "three"
     # in-graph token carry-over (input_ids += scatter(carry, outputs)); async requires it
     carry_over: bool = True
