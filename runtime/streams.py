@@ -43,9 +43,9 @@ class Streams:
     def create(cls, device: torch.device, three: bool) -> Streams:
         """The process's streams on ``device``: one compute stream that every run's forward
         goes to, whichever engine, and on three streams two copy streams beside it, each made
-        by the first run that needs it. A run on a stream object the process had not used
-        before got a 2-7% longer decode forward, and with them the async run after a sync one
-        (experiments/runtime/h200_run19, 2026-12-03)."""
+        by the first run that needs it: a run on stream objects the process had not used
+        before (the async run after a sync one, as engine=compare runs them) had a decode
+        forward 37-177 us longer on the H200 (experiments/runtime/h200_run20)."""
         if device.type != "cuda":
             return cls(None, None, None)
         compute = process_stream(device, "compute")
