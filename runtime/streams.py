@@ -5,8 +5,8 @@ around it. The async engine passes three non-default streams (H2D, compute, D2H)
 events: H2D records `h2d_done`, compute waits on it and records `compute_done`, D2H waits on that
 and records `d2h_done`, on which the host later blocks. The sync engine passes one non-default
 stream as all three (the waits are then no-ops), as async does with engine.streams=one. The
-streams belong to the process, not the run: every run's forward goes to the same stream. On a CPU there are no streams: every op runs
-synchronously and is timed with perf_counter.
+streams belong to the process, not the run: every run's forward goes to the same stream. On a
+CPU there are no streams: every op runs synchronously and is timed with perf_counter.
 
 The events come from a ring made before the loop and reused step after step, so a launch
 allocates nothing; with tracing on each step also marks the start of each op (six timing
