@@ -4,10 +4,10 @@
 
 SPEC is bench_decode.py's MODEL:BATCH:PROMPT:GEN, ORDER the engines in turn (e.g. "sasaas"; an
 upper-case letter first empties the allocator's cache: `gc.collect(); torch.cuda.empty_cache()`;
-"h" heats the GPU for HEAT_S with bf16 GEMMs, "z" lets it cool for COOL_S, "k" makes every later
-run reuse the streams of the first that asked for them (what runtime/streams.py does since
-h200_run20; before it each run took new ones); "o" runs
-the async loop with its H2D, forward and D2H on one stream, engine.streams=one; "m" builds one
+"h" heats the GPU for HEAT_S with bf16 GEMMs, "z" lets it cool for COOL_S, "k" does nothing
+(the orders of h200_run19-20 have it where each run still took new streams; every run now
+reuses the process's, runtime/streams.py); "o" runs the async loop with its H2D, forward and
+D2H on one stream, engine.streams=one; "m" builds one
 model, fused as the CLI's, that every later run of the SPEC is given instead of building its own,
 as bench_decode.py and diag_engine_factors.py share one).
 The recordings run sync then async in one process, each through `cbsim.runtime.run`, each
@@ -37,22 +37,6 @@ from diag_engine_factors import forward_figures  # noqa: E402
 ENGINES = {"s": "sync", "a": "async", "o": "async"}
 HEAT_S = 20.0
 COOL_S = 40.0
-
-
-def keep_streams() -> None:
-    """Streams.create answers each (device, three) with the streams it first made."""
-    from cbsim.runtime import engine
-
-    made: dict = {}
-    create = engine.Streams.create
-
-    def cached(device, three: bool):
-        key = (str(device), three)
-        if key not in made:
-            made[key] = create(device, three)
-        return made[key]
-
-    engine.Streams.create = cached
 
 
 def heat() -> None:
@@ -115,7 +99,7 @@ def main(argv: list[str]) -> None:
             if c == "h":
                 heat()
             elif c == "k":
-                keep_streams()
+                pass
             elif c == "z":
                 time.sleep(COOL_S)
             elif c == "m":

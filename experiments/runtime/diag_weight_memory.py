@@ -36,6 +36,19 @@ REPS = 20
 TINY = 2000
 
 
+def graph_of(body) -> torch.cuda.CUDAGraph:
+    """body run once on a side stream (cuBLAS picks and allocates its workspace), then captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        body()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    return g
+
+
 def weights() -> list[torch.Tensor]:
     out = []
     for _ in range(LAYERS):
@@ -56,30 +69,18 @@ def captured(ws: list[torch.Tensor], kv: torch.Tensor) -> tuple:
             torch.matmul(xs[w.shape[1]], w.t(), out=o)
         torch.sum(kv.view(1, -1), dim=1, dtype=torch.float32, out=total)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        body()  # cuBLAS picks and allocates its workspace before capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    return g, xs, outs, total
+    return graph_of(body), xs, outs, total
 
 
 def tiny_graph() -> tuple:
     """TINY launches of a one-block kernel: a graph whose time is the GPU's per-kernel cost."""
     x = torch.zeros(256, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        x.add_(1)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+
+    def body() -> None:
         for _ in range(TINY):
             x.add_(1)
-    return g, x
+
+    return graph_of(body), x
 
 
 def replay_us(g, stream: torch.cuda.Stream) -> float:
