@@ -266,6 +266,50 @@ MATRIX["probe_c"] = {
 }
 
 
+# The calibration set re-recorded on the runtime whose streams belong to the process
+# (h200_run21): three fresh machines, the reference first and last in each. final_a and final_b
+# span the matrix (1-256 requests, prompts 128-8192, 256-4096 new tokens, offline and Poisson,
+# five model shapes) and are fitted; final_c, shapes neither has, is predicted with that fit
+# before its call.
+MATRIX["final_a"] = {
+    "8b_1x128+768": (shape("llama3_8b", 1, 128, 768), 14),
+    "8b_64x256+512": (shape("llama3_8b", 64, 256, 512), 14),
+    "8b_8x8192+256": (shape("llama3_8b", 8, 8192, 256), 16),
+    "3b_256x256+256": (shape("llama3_3b", 256, 256, 256), 12),
+    "3b_4x512+1024": (shape("llama3_3b", 4, 512, 1024), 12),
+    "1b_128x256+512": (shape("llama3_1b", 128, 256, 512), 10),
+    "1b_32x128+4096": (shape("llama3_1b", 32, 128, 4096), 20),
+    "q7b_32x512+512": (shape("qwen2_5_7b", 32, 512, 512), 14),
+    "8b_poisson_32": (poisson("llama3_8b", 32, 64, 16.0, 512, 256), 20),
+    "rep_8b_16x512+256": REFERENCE_CASE,
+}
+MATRIX["final_b"] = {
+    "1b_1x128+2048": (shape("llama3_1b", 1, 128, 2048), 12),
+    "1b_256x1024+256": (shape("llama3_1b", 256, 1024, 256), 10),
+    "3b_64x512+512": (shape("llama3_3b", 64, 512, 512), 12),
+    "3b_16x4096+512": (shape("llama3_3b", 16, 4096, 512), 14),
+    "8b_128x1024+256": (shape("llama3_8b", 128, 1024, 256), 16),
+    "8b_256x128+256": (shape("llama3_8b", 256, 128, 256), 16),
+    "8b_24x256+1024": (shape("llama3_8b", 24, 256, 1024), 16),
+    "l13b_16x512+512": (shape("llama2_13b", 16, 512, 512), 16),
+    "3b_poisson_64": (poisson("llama3_3b", 64, 128, 40.0, 512, 256), 20),
+    "rep_8b_16x512+256": REFERENCE_CASE,
+}
+MATRIX["final_c"] = {
+    "8b_4x1024+1536": (shape("llama3_8b", 4, 1024, 1536), 20),
+    "8b_48x512+768": (shape("llama3_8b", 48, 512, 768), 16),
+    "8b_96x512+384": (shape("llama3_8b", 96, 512, 384), 14),
+    "3b_32x2048+512": (shape("llama3_3b", 32, 2048, 512), 14),
+    "3b_2x256+2048": (shape("llama3_3b", 2, 256, 2048), 14),
+    "1b_192x512+512": (shape("llama3_1b", 192, 512, 512), 10),
+    "1b_8x4096+1024": (shape("llama3_1b", 8, 4096, 1024), 12),
+    "q7b_96x256+384": (shape("qwen2_5_7b", 96, 256, 384), 12),
+    "l13b_48x256+384": (shape("llama2_13b", 48, 256, 384), 16),
+    "1b_poisson_96": (poisson("llama3_1b", 96, 192, 50.0, 256, 512), 16),
+    "rep_8b_16x512+256": REFERENCE_CASE,
+}
+
+
 def part_cases(part: str) -> dict[str, list[str]]:
     """The reference workload first, then the part's cases."""
     if part not in MATRIX:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from hydra import compose, initialize_config_module
@@ -132,6 +133,11 @@ def kineto(out: Path) -> None:
     print(f"[kineto] {raw}.gz {os.path.getsize(str(raw) + '.gz')} bytes; overrides {over}")
 
 
+def utc_now() -> str:
+    """The wall clock as nvidia-smi's samples carry it (UTC, to the microsecond)."""
+    return datetime.now(timezone.utc).strftime("%H:%M:%S.%f")
+
+
 def selected(argv: list[str]) -> dict[str, list[str]]:
     """The cases named (CASES, the reference, any matrix part's) and every case of --part=."""
     named = {**CASES, REFERENCE: REFERENCE_CASE[0]}
@@ -171,11 +177,13 @@ def main(argv: list[str]) -> None:
             print(f"[{name}] skipped: past the deadline of {deadline:.0f} s", flush=True)
             results[name] = {"skipped": "deadline"}
             continue
+        print(f"== {utc_now()} start {name}", flush=True)  # for clock_summary.py
         try:
             results[name] = run_case(name, case, out, extra, hardware)
         except Exception as exc:  # keep the other cases
             print(f"[{name}] FAILED: {exc!r}", flush=True)
             results[name] = {"error": repr(exc)}
+        print(f"== {utc_now()} end {name}", flush=True)
         (out / "results.json").write_text(
             json.dumps({**results, "hardware": hardware}, indent=2, default=str)
         )
