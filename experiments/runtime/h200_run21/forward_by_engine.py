@@ -34,10 +34,14 @@ def windows(durs) -> list[float]:
 
 def main(parts: list[str]) -> None:
     parts = parts or sorted(p.name for p in HERE.iterdir() if (p / "manifest.yaml").exists())
-    print("| part | workload | sync replay us (start / mid / end) | async | async / sync | sync launch us |")
+    print(
+        "| part | workload | sync replay us (start / mid / end) | async | async / sync | sync launch us |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for part in parts:
-        for case in sorted(p for p in (HERE / part).iterdir() if (p / "trace_async.json.gz").exists()):
+        for case in sorted(
+            p for p in (HERE / part).iterdir() if (p / "trace_async.json.gz").exists()
+        ):
             sync, launch = replays(case / "trace_sync.json.gz")
             asyn, _ = replays(case / "trace_async.json.gz")
             if len(sync) < 40 or len(asyn) < 40:

@@ -1,7 +1,10 @@
-"""h200_run18's recorded runs against the predictions committed before its calls (predicted.md:
-the point prediction and the P5-P95 bands of hardware=h200_run15_spread).
+"""Recorded runs against the predictions committed before their calls (predict_part.py's table
+with --bands: the point prediction and the P5-P95 bands of the profile it names).
 
-    python experiments/runtime/h200_run18/against_predicted.py
+    python experiments/runtime/against_predicted.py SESSION [PREDICTED.md PART ...]
+
+With the session alone (h200_run18), every part holding a predicted.md; with a table and parts
+(h200_run21 predicted_final_c.md final_c final_c2), each part's cases found in that table.
 
 Prints one markdown row per workload: recorded and predicted totals, speedups, the speedup band and
 whether the recorded speedup lies inside it. GPU idle is judged by `+experiment=validate` only:
@@ -14,14 +17,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
-def predictions(part: Path) -> dict[str, dict[str, float]]:
+def predictions(table: Path) -> dict[str, dict[str, float]]:
     out = {}
-    for line in (part / "predicted.md").read_text().splitlines():
+    for line in table.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 9 or cells[0] in ("case", "---"):
             continue
@@ -35,18 +39,31 @@ def predictions(part: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def recorded(part: Path, case: str) -> dict[str, dict]:
-    return json.loads((part / case / "results.json").read_text())[case]["runs"]
+def recorded(part: Path, case: str) -> dict[str, dict] | None:
+    own = part / case / "results.json"  # one process per case; else one for the part
+    results = json.loads((own if own.exists() else part / "results.json").read_text())
+    return results[case]["runs"] if "runs" in results.get(case, {}) else None
 
 
-def main() -> None:
+def pairs(argv: list[str]) -> list[tuple[Path, Path]]:
+    """(part directory, its predictions' table) for every part to compare."""
+    session = HERE / argv[0]
+    if len(argv) == 1:
+        parts = sorted(p for p in session.iterdir() if (p / "predicted.md").exists())
+        return [(p, p / "predicted.md") for p in parts]
+    return [(session / part, session / argv[1]) for part in argv[2:]]
+
+
+def main(argv: list[str]) -> None:
     print("| part | workload | recorded sync / async s | error sync / async | speedup recorded / "
           "predicted (band) | points | inside the band |")  # fmt: skip
     print("| --- " * 7 + "|")
     inside = within = n = 0
-    for part in sorted(p for p in HERE.iterdir() if (p / "predicted.md").exists()):
-        for case, p in predictions(part).items():
+    for part, table in pairs(argv):
+        for case, p in predictions(table).items():
             runs = recorded(part, case)
+            if runs is None:
+                continue
             s, a = (runs[e]["metrics"] for e in ("sync", "async"))
             rs, ra = s["total_time_s"], a["total_time_s"]
             speedup = rs / ra
@@ -65,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:] or ["h200_run18"])
