@@ -25,12 +25,17 @@ from cases import MATRIX  # noqa: E402
 from record import make_config  # noqa: E402
 
 
-def windows(values: list[float]) -> str:
+def windows(values) -> list[float]:
+    """Medians over the first, middle and last tenth of a run's steps (values in step order)."""
     import statistics
 
-    n = len(values)
+    values, n = list(values), len(values)
     cuts = [(n // 20, n // 10), (n // 2 - n // 20, n // 2 + n // 20), (n - n // 10, n - n // 20)]
-    return " / ".join(f"{statistics.median(values[a:b]):.0f}" for a, b in cuts)
+    return [statistics.median(values[a:b]) for a, b in cuts]
+
+
+def shown(values) -> str:
+    return " / ".join(f"{x:.0f}" for x in windows(values))
 
 
 def replays(trace) -> tuple[list[float], list[float]]:
@@ -73,8 +78,8 @@ def main(argv: list[str]) -> None:
         trace, kineto = profiled(case, engine, out)
         own, _ = replays(trace)
         k_span, k_busy = replays(import_kineto(kineto))
-        print(f"{engine:>5} runtime events {windows(own)} | kineto span {windows(k_span)}", end="")
-        print(f" | kernel busy {windows(k_busy)}" if len(k_busy) >= 20 else "", flush=True)
+        print(f"{engine:>5} runtime events {shown(own)} | kineto span {shown(k_span)}", end="")
+        print(f" | kernel busy {shown(k_busy)}" if len(k_busy) >= 20 else "", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from pathlib import Path
 from cbsim.trace import read_trace
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from diag_replay_kernels import windows  # noqa: E402
 
 
 def replays(path: Path):
@@ -24,12 +26,6 @@ def replays(path: Path):
     graphs = f[(f.lane == "compute") & (f.name == "graph_replay")].set_index("step")
     launch = f[(f.lane == "host") & (f.name == "launch")].set_index("step")
     return graphs.dur, launch.dur
-
-
-def windows(durs) -> list[float]:
-    n = len(durs)
-    cut = [(n // 20, n // 10), (n // 2 - n // 20, n // 2 + n // 20), (n - n // 10, n - n // 20)]
-    return [float(durs.iloc[a:b].median()) for a, b in cut]
 
 
 def main(parts: list[str]) -> None:
