@@ -14,6 +14,7 @@ from typing import NamedTuple
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig, EngineConfig
 from cbsim.costs import CostModel
+from cbsim.costs.eager_tokens import round_up
 from cbsim.scheduler import Scheduler, default_num_kv_blocks
 from cbsim.workload import Request, check_requests_fit, make_requests
 
@@ -148,7 +149,8 @@ def device_fit(
     """The device memory a run needs: weights, the KV cache, an IO buffer per slot and one graph
     pool (both slots' graphs share it), against ``hardware.memory_bytes``."""
     w = cfg.workload
-    per_slot = costs.io_slot_bytes(w.batch_size, w.max_batch_tokens, max_context)
+    tokens = round_up(w.max_batch_tokens, engine.eager_token_multiple)  # padded eager steps
+    per_slot = costs.io_slot_bytes(w.batch_size, tokens, max_context)
     parts = {
         "weight_bytes": cfg.model.weight_bytes,
         "kv_cache_bytes": num_kv_blocks * w.kv_block_size * cfg.model.kv_bytes_per_token,

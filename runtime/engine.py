@@ -307,6 +307,8 @@ def other_data(
         # the Triton decode kernel's launch rule (engine.decode_launch); none: the torch path
         "decode_launch": dataclasses.asdict(runner.launch_rule) if runner.decode_kernel else None,
         "io_slots": len(runner.slots),
+        # engine.eager_token_multiple: a step with prompt tokens ran over this many rows' multiple
+        "eager_token_multiple": runner.token_multiple,
         # the CUDA streams the loop ran on (None on a CPU): a forward's speed depends on them
         "streams": streams,
         "tracing": config.mode.tracing,

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cbsim.costs.eager_tokens import eager_tokens
+
 # distinct lengths whose views a slot keeps (graph buckets and the common eager lengths)
 VIEW_CACHE = 64
 # Section order: the graph-bucket layout is the same as any decode batch of that size.
@@ -82,13 +84,15 @@ def pack(
     carry_len: int,
     pad_to: int | None = None,
     width: int | None = None,
+    token_multiple: int = 1,
 ) -> tuple[np.ndarray, Layout]:
     """A scheduler Batch's inputs as one int64 array and its Layout.
 
     pad_to: a decode-only batch padded to that many rows (a graph bucket); width: block-table
     columns (the graph's fixed width; default the batch's longest table); carry: the scheduler's
-    carry-over index into this batch (-1 none), padded with -1 to carry_len. Padding rows write
-    and read the scratch block only.
+    carry-over index into this batch (-1 none), padded with -1 to carry_len; token_multiple: a
+    batch with prompt tokens padded to ``eager_tokens`` rows (engine.eager_token_multiple), in
+    no attention group. Padding rows write and read the scratch block only.
     """
     b, t = len(batch), int(batch.query_tokens)
     all_decode = t == b
@@ -108,6 +112,12 @@ def pack(
             raise ValueError(f"pad_to={pad_to} needs a decode-only batch of at most that size")
         rows = _padded(rows, pad_to - b, scratch_block * batch.block_size, scratch_block)
         b = t = pad_to
+    if not all_decode and (pad := eager_tokens(batch, token_multiple) - t):
+        scratch_slot = scratch_block * batch.block_size
+        rows["input_ids"] = np.concatenate([rows["input_ids"], np.zeros(pad, np.int64)])
+        rows["positions"] = np.concatenate([rows["positions"], np.zeros(pad, np.int64)])
+        rows["slots"] = np.concatenate([rows["slots"], np.full(pad, scratch_slot, np.int64)])
+        t += pad
     parts = {k: rows[k] for k in ("input_ids", "positions", "slots", "logits_idx")}
     parts["carry"] = carry_arr
     if all_decode:

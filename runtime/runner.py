@@ -22,6 +22,7 @@ import torch
 
 from cbsim.config.schema import CbsimConfig
 from cbsim.costs.decode_kernel import LaunchRule, class_width, launch_classes
+from cbsim.costs.eager_tokens import round_up
 
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .device_info import select_blas
@@ -140,7 +141,10 @@ class ModelRunner:
         # graph layouts use the widest block table any request can need
         self.graph_width = max(1, -(-max_context // self.block_size))
         self.carry_len = self.max_outputs if carry_over else 0
-        cap = slot_capacity(max(w.max_batch_tokens, biggest), self.max_outputs, self.graph_width)
+        # a step with prompt tokens runs over its tokens padded to this (cbsim.scheduler.eager_tokens)
+        self.token_multiple = config.engine.eager_token_multiple
+        self.max_tokens = round_up(w.max_batch_tokens, self.token_multiple)
+        cap = slot_capacity(max(self.max_tokens, biggest), self.max_outputs, self.graph_width)
         self.slots = [IOSlot(i, cap, self.max_outputs, device) for i in range(num_slots)]
         self.graph_widths = {
             b: self._launch_classes(b) if config.engine.graph_width_classes else [self.graph_width]
@@ -190,7 +194,13 @@ class ModelRunner:
             )
             width = class_width(self.graph_widths[bucket], int(batch.num_blocks.max()))
             return StepPlan(batch, slot, layout, bucket, layout.total, width)
-        flat, layout = pack(batch, self.cache.scratch_block, carry, self.carry_len)
+        flat, layout = pack(
+            batch,
+            self.cache.scratch_block,
+            carry,
+            self.carry_len,
+            token_multiple=self.token_multiple,
+        )
         slot.write(flat)
         return StepPlan(batch, slot, layout, bucket, flat.size)
 

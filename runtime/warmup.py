@@ -4,9 +4,15 @@ ones do."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from .io_slots import dummy_decode, dummy_prefill, empty_decode_layout
+from .kernels.fused_epilogues import _residual_linear_forward
+from .kernels.fused_projections import FusedLinear
 from .kernels.paged_attention import compiled_variants
 from .runner import ModelRunner
 from .streams import Streams
@@ -29,6 +35,8 @@ def warm_up(runner: ModelRunner, streams: Streams, steps: int, prefill_tokens: i
     try:
         if runner.decode_kernel is not None:
             compile_decode_variants(runner)
+        if streams.cuda and runner.token_multiple > 1:
+            warm_gemm_shapes(runner, runner.max_tokens)
         for _ in range(steps):
             for flat, layout in ((dec_flat, dec), *prefills):
                 slot = runner.slots[0]
@@ -58,3 +66,35 @@ def compile_decode_variants(runner: ModelRunner) -> None:
         bt = torch.full((rows, width), cache.scratch_block, dtype=torch.int32, device=runner.device)
         ctx = torch.ones(rows, dtype=torch.int32, device=runner.device)
         runner.decode_kernel(q, kc, vc, bt, ctx, 1.0)
+
+
+@torch.inference_mode()
+def warm_gemm_shapes(runner: ModelRunner, max_tokens: int) -> None:
+    """Every GEMM shape an eager step can reach, once: the layers' at each padded token count
+    up to ``max_tokens``, the LM head's at each count of sampled rows. cuBLAS chooses its kernel
+    the first time it meets a shape, 0.3-2.7 ms of host time inside the step that meets it
+    (experiments/runtime/diag_new_shapes), which would land in whichever engine runs first."""
+    model, m = runner.model, runner.token_multiple
+    head = model.get_output_embeddings()
+    layers: dict[tuple, tuple] = {}
+    for module in model.modules():
+        if module is head or not isinstance(module, (nn.Linear, FusedLinear)):
+            continue
+        into = isinstance(module.forward, functools.partial)
+        into = into and module.forward.func is _residual_linear_forward
+        w, b = module.weight, module.bias
+        layers.setdefault((tuple(w.shape), w.dtype, b is None, into), (w, b, into))
+    # one contiguous input per width, as the layers' inputs are (cuBLAS keys on the strides too)
+    dtype, dev = head.weight.dtype, runner.device
+    widths = {w.shape[1] for w, _, _ in layers.values()} | {head.weight.shape[1]}
+    rows_max = max(max_tokens, runner.max_outputs)
+    x = {k: torch.zeros(rows_max, k, dtype=dtype, device=dev) for k in widths}
+    for rows in range(m, max_tokens + 1, m):
+        for w, b, into in layers.values():
+            xs = x[w.shape[1]][:rows]
+            if into:  # o_proj and down_proj add into the residual (fused_epilogues.py)
+                torch.zeros(rows, w.shape[0], dtype=w.dtype, device=w.device).addmm_(xs, w.t())
+            else:
+                F.linear(xs, w, b)
+    for rows in range(1, runner.max_outputs + 1):
+        F.linear(x[head.weight.shape[1]][:rows], head.weight, head.bias)

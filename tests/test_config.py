@@ -48,6 +48,7 @@ BAD_VALUES = [
     (["workload.chunked_prefill=false", "workload.prompt_len=10000"], "chunked_prefill"),
     (["workload.kv_block_size=0"], "workload.kv_block_size"),
     (["engine.io_slots=3"], "engine.io_slots"),
+    (["engine.eager_token_multiple=0"], "engine.eager_token_multiple"),
     (["engine.streams=four"], "allowed: three, one, default"),
     (["engine.carry_over=false"], "engine.carry_over"),
     (["engine.graph_batch_sizes=[]"], "engine.graph_batch_sizes"),

@@ -85,6 +85,27 @@ def test_graph_padding_computes_padded_rows():
     assert padded.lm_head_us >= plain.lm_head_us and padded.linear_us >= plain.linear_us
 
 
+def test_eager_steps_with_prompt_tokens_compute_their_padded_rows():
+    """engine.eager_token_multiple: a mixed step of 502 tokens runs (and costs) 512 rows, as
+    the runtime computes them; a step of one token per request, or off (1), as it is."""
+    cm = model()
+    assert cm.token_multiple == 64  # the default
+    mixed = Shape([1, 1, 500], [300, 301, 500], kind="mixed")
+    rows = Shape([1, 1, 510], [300, 301, 510], kind="mixed")  # the same rows unpadded
+    padded = cm.forward(mixed, graph=False, carry_over=False)
+    assert padded.linear_us == pytest.approx(
+        cm.forward(rows, graph=False, carry_over=False).linear_us
+    )
+    cfg = CbsimConfig()
+    cfg.mode.fuse_epilogues = False
+    cfg.engine.eager_token_multiple = 1
+    assert CostModel(cfg).forward(mixed, graph=False, carry_over=False).linear_us < padded.linear_us
+    last_token = Shape([1, 1], [300, 700], kind="mixed")
+    assert cm.forward(last_token, graph=False, carry_over=False).linear_us == pytest.approx(
+        CostModel(cfg).forward(last_token, graph=False, carry_over=False).linear_us
+    )
+
+
 def test_copies_are_latency_plus_bytes_over_bandwidth():
     cm = model()
     assert cm.h2d_us(0) == 8.0

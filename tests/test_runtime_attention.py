@@ -135,6 +135,31 @@ def test_pack_splits_prompt_starts_from_continuations():
     assert views["ext_start"].tolist() == [4] and views["ext_qlen"].tolist() == [8]
 
 
+def test_a_step_with_prompt_tokens_is_padded_to_the_token_multiple():
+    """Padding rows (engine.eager_token_multiple) write the scratch block, sit in no attention
+    group and are not sampled; the real tokens keep their places."""
+    w = WorkloadConfig(batch_size=2, prompt_len=12, gen_len=3, max_batch_tokens=16)
+    sched = Scheduler(w, 64)
+    sched.add_all(make_requests(w, 100))
+    first = sched.schedule()  # 16 tokens: prompt 0 whole, prompt 1's first 4
+    sched.update(first, np.zeros(first.num_samples, dtype=np.int64))
+    second = sched.schedule()  # 9 tokens: one decode row, prompt 1's last 8
+    plain, plain_layout = pack(second, 63, None, 0)
+    flat, layout = pack(second, 63, None, 0, token_multiple=8)
+    assert (second.query_tokens, plain_layout.num_tokens, layout.num_tokens) == (9, 9, 16)
+    got, want = layout.views(torch.from_numpy(flat)), plain_layout.views(torch.from_numpy(plain))
+    assert got["slots"][9:].tolist() == [63 * w.kv_block_size] * 7
+    assert got["input_ids"][:9].tolist() == want["input_ids"].tolist()
+    assert got["positions"][9:].tolist() == [0] * 7
+    for name in ("logits_idx", "dec_tok", "ext_tok", "ext_qlen", "ext_start"):
+        assert got[name].tolist() == want[name].tolist(), name
+    # a multiple of the token count, or a step of one token per request, is left as it is
+    assert pack(second, 63, None, 0, token_multiple=3)[1].num_tokens == 9
+    sched.update(second, np.zeros(second.num_samples, dtype=np.int64))
+    decode = sched.schedule()
+    assert pack(decode, 63, None, 0, token_multiple=64)[1].num_tokens == decode.num_requests
+
+
 def test_padded_decode_pack_has_the_graph_layout():
     w = WorkloadConfig(batch_size=3, num_requests=3, prompt_len=5, gen_len=4, kv_block_size=4)
     sched = Scheduler(w, 30)

@@ -107,6 +107,16 @@ def test_sync_matches_generate(config_factory, case):
         assert {"prefill", "mixed"} <= kinds or "mixed" in kinds
 
 
+@pytest.mark.parametrize("multiple", [1, 64])
+def test_padded_eager_steps_give_the_same_tokens(config_factory, multiple):
+    """engine.eager_token_multiple pads steps with prompt tokens (every step here but the
+    decodes); the padding rows change no token, and the trace says how the build padded."""
+    config = config_factory(BASE + CASES["chunked"] + [f"engine.eager_token_multiple={multiple}"])
+    result = execute(config, "sync")
+    assert_same_tokens(result, reference_tokens(config))
+    assert result.trace.other_data["eager_token_multiple"] == multiple
+
+
 def test_trace_has_every_lane_phase_and_request_event(config_factory):
     config = config_factory(BASE + CASES["staggered"])
     result = execute(config, "sync")

@@ -5,7 +5,7 @@ fitted run has, predicted with its bands before the call)."""
 from __future__ import annotations
 
 import pytest
-from conftest import RECORDINGS, validate_recorded
+from conftest import RECORDINGS, recorded, validate_recorded
 
 RUN21 = RECORDINGS / "h200_run21"
 ON_RUN21 = pytest.mark.skipif(
@@ -37,3 +37,12 @@ def test_the_final_runtimes_profile_predicts_a_machine_and_shapes_it_never_saw(t
         assert abs(pairs[case]["error_points"]) <= 1.0, pairs[case]
     # the 1B at 8 requests: its async replays run long at short contexts (README, section 3)
     assert pairs["1b_8x4096+1024"]["error_points"] < 0, pairs["1b_8x4096+1024"]
+
+
+@ON_RUN21
+def test_a_recording_before_the_padding_ran_its_eager_steps_unpadded():
+    """engine.eager_token_multiple came after h200_run21: its traces do not carry it, so the
+    simulator replays their eager steps over their own token counts."""
+    old = recorded("h200_run21/final_c2/1b_poisson_96/trace_sync.json.gz")
+    assert "eager_token_multiple" not in old.trace.other_data
+    assert old.config.engine.eager_token_multiple == 1

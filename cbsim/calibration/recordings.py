@@ -187,6 +187,10 @@ class Recorded:
             classes = other.get("graph_width_classes")
             eng = dataclasses.replace(eng, graph_width_classes=classes is True)
             eng = dataclasses.replace(eng, decode_launch=_decode_launch(other))
+            # eager steps padded as the build says; builds before it ran their own token count
+            multiple = other.get("eager_token_multiple")
+            multiple = multiple if isinstance(multiple, int) and multiple >= 1 else 1
+            eng = dataclasses.replace(eng, eager_token_multiple=multiple)
         return dataclasses.replace(cfg, engine=eng, mode=self._build_mode(cfg.mode))
 
     def _build_mode(self, mode):

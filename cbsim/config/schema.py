@@ -123,16 +123,8 @@ class ModelConfig:
     init_std: float = field(default=0.02, metadata=POSITIVE)
 
     def __post_init__(self) -> None:
-        for key in (
-            "hidden_size",
-            "intermediate_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "vocab_size",
-            "max_position_embeddings",
-        ):
+        sizes = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
+        for key in (*sizes, "head_dim", "vocab_size", "max_position_embeddings"):
             check_positive(f"model.{key}", getattr(self, key))
         check_choice("model.dtype", self.dtype, DTYPES)
         if self.num_heads % self.num_kv_heads:
@@ -179,8 +171,7 @@ class EngineConfig:
     cuda_graphs: bool = True
     # "three": H2D, compute and D2H on their own streams; "one": all on one, as sync always runs
     # (the copies wait for the forwards: the H200's decode step 20-28 us longer, h200_run20);
-    # "default": the legacy default stream, which serialises with every other (the pitfall: all
-    # overlap lost; simulator only)
+    # "default": the legacy default stream, serialising with every other (sim only: no overlap)
     streams: str = "three"
     # in-graph token carry-over (input_ids += scatter(carry, outputs)); async requires it
     carry_over: bool = True
@@ -190,14 +181,16 @@ class EngineConfig:
     graph_batch_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256]
     )
-    # a graph per launch class of the decode kernel as well (cbsim.costs.decode_kernel): a
-    # decode step replays the narrowest block table that holds its longest request, so the
-    # kernel runs as over a table that wide (8448-token tables cost 7-26 us a layer more at
-    # 256-4096 tokens of context, experiments/kernels/table_width/); false: every graph's
-    # table is as wide as the run's longest request. The simulator follows which graph a step
-    # replays (its first launch, its tile); its kernel tables time each context at its own
-    # width, so it does not charge a wide table's extra time
+    # a graph per launch class of the decode kernel as well (cbsim.costs.decode_kernel): a step
+    # replays the narrowest block table that holds its longest request (8448-token tables cost
+    # 7-26 us a layer more at 256-4096 tokens, experiments/kernels/table_width/); false: every
+    # graph's table is as wide as the run's longest request. The simulator follows which graph
+    # a step replays; its kernel tables time each context at its own width
     graph_width_classes: bool = True
+    # steps with prompt tokens run over their tokens rounded up to this (both back ends), each
+    # such GEMM shape warmed up: cuBLAS takes 0.3-2.7 ms of host time at a shape new to the
+    # process, 4-10 ms a mixed step (experiments/runtime/diag_new_shapes); 1: off
+    eager_token_multiple: int = 64
     # how the Triton decode kernel launches over a table of a given width (both back ends)
     decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())
 
@@ -205,6 +198,7 @@ class EngineConfig:
         check_choice("engine.name", self.name, ENGINES)
         check_choice("engine.streams", self.streams, STREAM_MODES)
         check_range("engine.io_slots", self.io_slots, 1, 2)
+        check_range("engine.eager_token_multiple", self.eager_token_multiple, 1, 1024)
         if self.name in ("async", "compare") and not self.carry_over:
             raise ConfigError(
                 f"engine.carry_over=false is impossible with engine.name={self.name}: batch N+1 "

@@ -30,6 +30,7 @@ from cbsim.config.schema import CbsimConfig
 from cbsim.costs.buffer_bytes import BufferBytes
 from cbsim.costs.clock import settle_forward
 from cbsim.costs.decode_kernel import GraphTables, LaunchRule, launch_name, table_width
+from cbsim.costs.eager_tokens import eager_tokens
 from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
@@ -76,6 +77,7 @@ class CostModel(BufferBytes):
         self.h2d_bw = hw.h2d_bandwidth * 1e-6
         self.d2h_bw = hw.d2h_bandwidth * 1e-6
         self.graph_sizes = sorted(config.engine.graph_batch_sizes)
+        self.token_multiple = config.engine.eager_token_multiple
         self.model, self.workload = m, w
         self.gemm_row_us = g.gemm_row_us
         self.walk_us = g.attention_walk_us_per_token
@@ -171,6 +173,8 @@ class CostModel(BufferBytes):
             extra = padded_requests - len(batch)
             q_tokens += extra
             sampled += extra
+        elif not graph:  # an eager step with prompt tokens runs over its padded rows
+            q_tokens = eager_tokens(batch, self.token_multiple)
         if self.kernel_costs is None:
             linear, lm_head = self._roofline_linear(q_tokens, sampled)
             attention = self._roofline_attention(batch, decode, padded_requests)

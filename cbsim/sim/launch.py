@@ -15,6 +15,7 @@ import numpy as np
 from cbsim.config.hardware import HostCosts
 from cbsim.costs import ForwardCost
 from cbsim.costs.clock import lagged
+from cbsim.costs.eager_tokens import eager_tokens
 from cbsim.scheduler import Batch
 from cbsim.sim.host_state import HostState, Launched
 from cbsim.sim.io_slots import IOSlot
@@ -78,9 +79,8 @@ def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
     )
     # block-table entries: sum of ceil(context / block) is at most this (one partial each)
     kv_blocks = costs.kv_blocks(batch.kv_tokens, batch.num_requests)
-    h2d_bytes = costs.h2d_bytes(
-        batch.query_tokens, batch.num_requests, batch.num_samples, kv_blocks
-    )
+    tokens = batch.query_tokens if graph else eager_tokens(batch, eng.eager_token_multiple)
+    h2d_bytes = costs.h2d_bytes(tokens, batch.num_requests, batch.num_samples, kv_blocks)
     samples = batch.num_samples
     bucket = padded if graph else None
     width = costs.graph_table(padded, int(batch.context_lens.max())) if graph else None
