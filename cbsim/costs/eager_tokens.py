@@ -19,4 +19,4 @@ def eager_tokens(batch, multiple: int) -> int:
     """A step with prompt tokens rounded up to ``multiple``; a step of one token per request as
     it is (its rows are its requests: a graph or the decode path runs it)."""
     t = int(batch.query_tokens)
-    return t if t == batch.num_requests else round_up(t, multiple)
+    return t if t == len(batch) else round_up(t, multiple)
