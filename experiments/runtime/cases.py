@@ -323,6 +323,19 @@ MATRIX["padded"] = {
     "rep_8b_16x512+256": REFERENCE_CASE,
 }
 
+# the padded build on a fourth fresh machine: workloads no fitted run has (four online, two
+# offline with mixed steps), predicted before the call with h200_run22_spread, which is fitted
+# on h200_run21's final_a and final_b and on padded
+MATRIX["padded_b"] = {
+    "1b_poisson_48": (poisson("llama3_1b", 48, 128, 40.0, 384, 384), 16),
+    "3b_poisson_32": (poisson("llama3_3b", 32, 96, 24.0, 768, 256), 18),
+    "8b_poisson_48": (poisson("llama3_8b", 48, 96, 24.0, 256, 384), 22),
+    "l13b_poisson_16": (poisson("llama2_13b", 16, 48, 8.0, 512, 256), 22),
+    "q7b_24x1024+512": (shape("qwen2_5_7b", 24, 1024, 512), 16),
+    "3b_128x512+256": (shape("llama3_3b", 128, 512, 256), 12),
+    "rep_8b_16x512+256": REFERENCE_CASE,
+}
+
 
 def part_cases(part: str) -> dict[str, list[str]]:
     """The reference workload first, then the part's cases."""
