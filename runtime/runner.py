@@ -141,7 +141,7 @@ class ModelRunner:
         # graph layouts use the widest block table any request can need
         self.graph_width = max(1, -(-max_context // self.block_size))
         self.carry_len = self.max_outputs if carry_over else 0
-        # a step with prompt tokens runs over its tokens padded to this (cbsim.scheduler.eager_tokens)
+        # a step with prompt tokens runs over its tokens padded to this (cbsim.costs.eager_tokens)
         self.token_multiple = config.engine.eager_token_multiple
         self.max_tokens = round_up(w.max_batch_tokens, self.token_multiple)
         cap = slot_capacity(max(self.max_tokens, biggest), self.max_outputs, self.graph_width)
