@@ -337,6 +337,21 @@ MATRIX["padded_b"] = {
 }
 
 
+# the same build on a fifth fresh machine (h200_run23): workloads no recorded run has, predicted
+# before the call with the default profile (hardware=h200, which is h200_run22_spread), as a user
+# asking "will async pay here" gets it; then the seed workload and issue 12's table in another call
+MATRIX["default_a"] = {
+    "8b_12x2048+512": (shape("llama3_8b", 12, 2048, 512), 16),
+    "3b_160x256+384": (shape("llama3_3b", 160, 256, 384), 12),
+    "1b_16x1024+1536": (shape("llama3_1b", 16, 1024, 1536), 14),
+    "1b_2x512+3072": (shape("llama3_1b", 2, 512, 3072), 14),
+    "q7b_poisson_32": (poisson("qwen2_5_7b", 32, 80, 20.0, 1024, 256), 20),
+    "8b_poisson_16": (poisson("llama3_8b", 16, 48, 8.0, 2048, 256), 20),
+    "rep_8b_16x512+256": REFERENCE_CASE,
+}
+MATRIX["seed_final"] = {"seed_8192": (CASES["seed_8192"], 180)}
+
+
 def part_cases(part: str) -> dict[str, list[str]]:
     """The reference workload first, then the part's cases."""
     if part not in MATRIX:
