@@ -337,9 +337,9 @@ MATRIX["padded_b"] = {
 }
 
 
-# the same build on a fifth fresh machine (h200_run23): workloads no recorded run has, predicted
-# before the call with the default profile (hardware=h200, which is h200_run22_spread), as a user
-# asking "will async pay here" gets it; then the seed workload and issue 12's table in another call
+# for a fifth fresh machine (h200_run23, not recorded yet): workloads no recorded run has, to be
+# predicted before the call with h200_run22_spread; seed_final is the seed workload on the same
+# build, in a call of its own
 MATRIX["default_a"] = {
     "8b_12x2048+512": (shape("llama3_8b", 12, 2048, 512), 16),
     "3b_160x256+384": (shape("llama3_3b", 160, 256, 384), 12),
