@@ -1,7 +1,6 @@
 """Bands: seeded and deterministic, ordered P5 <= median <= P95, as wide as the measured host
 spread says (between calls, within a run, the host's two levels over time), and exactly the plain
-simulation when the profile has no spread. On the unfitted profile (UNFITTED), whose spread each
-test sets, so that a newly fitted default does not move what these tests assert."""
+simulation when the profile has no spread. On the unfitted profile, whose spread each test sets."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import make_config
+from conftest import UNFITTED, make_config
 
 from cbsim.bands import (
     as_engine,
@@ -25,7 +24,6 @@ from cbsim.costs import CostModel
 from cbsim.metrics import compute_metrics
 from cbsim.sim import run
 
-UNFITTED = "hardware=h200_estimates"
 SMALL = ["model=tiny", "workload.batch_size=4", "workload.prompt_len=32", "workload.gen_len=48"]
 
 
