@@ -27,7 +27,7 @@ def model(**gpu):
 def test_weights_time_matches_the_brief_at_bs32():
     # BRIEF: 16.06 GB of 8B weights, about 5.3 ms/step with cuBLAS at bs 32 on the H200
     cfg = CbsimConfig()
-    cfg.hardware.gpu.gemm_bandwidth_eff = 0.66  # conf/hardware/h200.yaml
+    cfg.hardware.gpu.gemm_bandwidth_eff = 0.66  # conf/hardware/h200_estimates.yaml
     f = CostModel(cfg).forward(decode(32, 1), graph=True, carry_over=False)
     assert 5.0e3 < f.linear_us + f.lm_head_us < 5.6e3
     assert f.attention_us < 10  # one KV token each: nothing to read
@@ -239,7 +239,7 @@ def test_new_gpu_terms_are_validated(field):
         HostCosts(launch_per_block_us=-1.0)
 
 
-# the runtime's counts on Llama-3-8B (conf/hardware/h200.yaml, experiments/runtime/diag_launch)
+# the runtime's counts on Llama-3-8B (conf/hardware/h200_estimates.yaml, experiments/runtime/diag_launch)
 RUNTIME_COUNTS = dict(
     kernels_per_layer=14,
     kernels_extra=21,

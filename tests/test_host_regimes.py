@@ -51,7 +51,11 @@ def test_a_bad_regime_names_its_key(kwargs, key):
 
 def test_the_regimes_are_set_from_the_command_line_and_refused_in_one_line():
     cfg = make_config(
-        ["hardware.host.regimes.slow_factor=2", "hardware.host.regimes.slow_dwell_s=0.5"]
+        [
+            "hardware.host.regimes.slow_factor=2",
+            "hardware.host.regimes.fast_dwell_s=1",
+            "hardware.host.regimes.slow_dwell_s=0.5",
+        ]
     )
     assert cfg.hardware.host.regimes.slow_factor == 2.0
     assert cfg.hardware.host.regimes.expected_factor == pytest.approx(1 + 0.5 / 1.5)

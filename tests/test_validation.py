@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, compose_cfg, load_config, run_cli
+from conftest import REPO, UNFITTED, compose_cfg, load_config, run_cli
 from omegaconf import OmegaConf
 
 from cbsim.calibration.calibrate import calibrate
@@ -92,7 +92,7 @@ def make_recording(
     gen_len: int = 32,
     overrides_only: bool = False,
 ) -> Path:
-    overrides = [f"{k}={v}" for k, v in TRUTH.items()] + [
+    overrides = [UNFITTED] + [f"{k}={v}" for k, v in TRUTH.items()] + [
         f"engine={engine}",
         f"workload.batch_size={batch}",
         "workload.prompt_len=256",
@@ -120,7 +120,7 @@ def recordings(tmp_path_factory) -> list[Path]:
 
 
 def test_calibration_recovers_known_costs(recordings):
-    base = load_config(compose_cfg([])).hardware
+    base = load_config(compose_cfg([UNFITTED])).hardware
     cal = calibrate(load(recordings), base, "h200_test")
     for key, truth in TRUTH.items():
         assert _get(cal.hardware, key) == pytest.approx(truth, rel=0.01), key
@@ -134,7 +134,7 @@ def test_calibration_recovers_known_costs(recordings):
 
 
 def test_profile_file_round_trips(recordings, tmp_path):
-    base = load_config(compose_cfg([])).hardware
+    base = load_config(compose_cfg([UNFITTED])).hardware
     cal = calibrate(load(recordings[:3]), base, "h200_rt")
     text = profile_yaml(cal, "h200")
     assert "# fitted: forward" in text and "kept from the base profile" in text

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import compose_cfg, load_config, run_cli
+from conftest import UNFITTED, compose_cfg, load_config, run_cli
 from omegaconf import OmegaConf
 from test_validation import TRUTH
 
@@ -42,7 +42,7 @@ SHAPES_TRUTH = {**TRUTH, "hardware.gpu.gemm_row_us": 1.0}
 
 def _record(folder: Path, model: str, batch: int, engine: str, host_factor: float) -> Path:
     truth = {k: v * host_factor if k in HOST_KEYS else v for k, v in SHAPES_TRUTH.items()}
-    overrides = [f"{k}={v}" for k, v in truth.items()] + [
+    overrides = [UNFITTED] + [f"{k}={v}" for k, v in truth.items()] + [
         f"model={model}",
         f"engine={engine}",
         f"workload.batch_size={batch}",

@@ -3,8 +3,8 @@
 # every case in one process of experiments/runtime/record.py (cbsim.runtime.run, as `python -m
 # cbsim mode=runtime`; the runtime's streams belong to the process, so a later run is as fast
 # as the first), nvidia-smi sampling the clock beside it, the call's host speed; all in
-# $OUT/PART.tgz. BENCH=1 then runs benchmarks/bench_decode.py (issue 12's table), TESTS=1 the
-# GPU tests first.
+# $OUT/PART.tgz. BENCH=1 then runs benchmarks/bench_decode.py (issue 12's table; ANCHOR=MODEL:BATCH:PROMPT:GEN
+# adds transformers' continuous batching in the same process), TESTS=1 the GPU tests first.
 #   bash experiments/runtime/h200_run21/call.sh PART [DEADLINE_S]   (repo root, wheels in .whl)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -32,7 +32,7 @@ kill "$SMI"
 grep -E "speedup|FAILED|skipped" "$D/clock_runtime.log"
 gzip "$D/smi_runtime.csv"
 if [ "${BENCH:-0}" = 1 ]; then
-  timeout 170 python3 benchmarks/bench_decode.py --engines sync,async --anchor none \
+  timeout 170 python3 benchmarks/bench_decode.py --engines sync,async --anchor "${ANCHOR:-none}" \
     --out "$D/bench.json" > "$D/bench.log" 2>&1
   tail -12 "$D/bench.log"
 fi
