@@ -12,7 +12,8 @@ OUT=${OUT:-/tmp/out}
 PART=${1:?usage: call.sh PART [DEADLINE_S]}
 source experiments/device_install.sh || exit 1
 D=/tmp/$PART
-mkdir -p "$D"
+# a fresh folder: a machine kept warm since an earlier command of the same part still has its files
+rm -rf "$D" && mkdir -p "$D"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
   nproc; lscpu | grep -E "Model name|MHz"
   python3 -c "import torch, transformers, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'triton', triton.__version__)"
