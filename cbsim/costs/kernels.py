@@ -168,20 +168,21 @@ class KernelCosts:
         tile: int = 128,
         tile_share: float = 0.0,
         launch: str = "",
+        groups=None,
     ) -> float:
-        """Decode rows (``decode_rows_us``) and prompt chunks from position 0 (chunks after a
-        cached prefix are costed by the caller's roofline)."""
+        """Decode rows (``decode_rows_us``; a mixed step's from its ``groups``, short
+        continuations among them) and prompt chunks from position 0 (chunks after a cached
+        prefix beyond the decode rows are costed by the caller's roofline)."""
         q, ctx = batch.query_lens, batch.context_lens
         if decode:
             return self.decode_rows_us(np.asarray(ctx), tile, tile_share, launch)
-        one = q == 1
         total = 0.0
-        if one.any():
-            total += self.decode_rows_us(np.asarray(ctx[one]), tile, tile_share, launch)
-        fresh = (q > 1) & (batch.start_pos == 0)
-        if fresh.any():
+        if groups.decode_rows:
+            total += self.decode_rows_us(groups.dec_ctx, tile, tile_share, launch)
+        fresh = groups.fresh
+        if len(fresh):
             if padded_groups:  # one group padded to its longest chunk
-                total += self.prefill_attention_us(int(fresh.sum()), int(q[fresh].max()))
+                total += self.prefill_attention_us(len(fresh), int(q[fresh].max()))
             else:
                 total += sum(self.prefill_attention_us(1, int(n)) for n in np.asarray(q[fresh]))
         return total
