@@ -22,10 +22,8 @@ import sys
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cbsim.api import compose  # noqa: E402
-from cbsim.costs import CostModel  # noqa: E402
+from cbsim.api import compose
+from cbsim.costs import CostModel
 
 QUERIES = (4, 16, 64, 128, 256, 512, 1024)
 CONTEXTS = (1024, 4096, 8192)
