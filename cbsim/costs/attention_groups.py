@@ -66,3 +66,10 @@ def attention_groups(
 def groups_of(batch, short_max: int) -> AttentionGroups:
     """``attention_groups`` of a scheduler Batch (or anything with its length arrays)."""
     return attention_groups(batch.query_lens, batch.start_pos, batch.context_lens, short_max)
+
+
+def extra_table_entries(groups: AttentionGroups, context_lens: np.ndarray, block_size: int) -> int:
+    """Block-table entries the runtime copies in for the decode rows beyond a request's first
+    (each short continuation row carries its request's table)."""
+    req = groups.dec_req[groups.dec_off > 0]
+    return int((-(-np.asarray(context_lens)[req] // block_size)).sum())
