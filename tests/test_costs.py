@@ -293,12 +293,13 @@ def test_padded_groups_count_the_work_the_runtime_attention_does():
     masked against the whole gathered table; decode rows their context."""
     exact, padded = model(), model(attention_padded_groups=True)
     step = Shape([1, 100, 300, 20], [500, 100, 300, 820], kind="mixed")  # the 20 after 800 cached
-    work = padded.padded_attention_work(step)  # the 20 as decode rows (continuation_decode_max)
-    assert work == 500 + 2 * 300 * 301 / 2 + sum(range(801, 821))
-    exact.short_max = padded.short_max = 0  # through the masked path
-    assert padded.padded_attention_work(step) == 500 + 2 * 300 * 301 / 2 + 1 * 20 * 832
+    work = padded.padded_attention_work(step)
+    assert work == 500 + 2 * 300 * 301 / 2 + 1 * 20 * 832
     fwd = [m.forward(step, graph=False, carry_over=False).attention_us for m in (exact, padded)]
     assert fwd[1] > fwd[0]
     # one prompt from position 0 alone: the same work either way
     one = Shape([8192], [8192], kind="prefill")
     assert padded.padded_attention_work(one) == pytest.approx(8192 * 8193 / 2)
+    # the 20 as decode rows (engine.continuation_decode_max >= 20): each its own context
+    padded.short_max = 20
+    assert padded.padded_attention_work(step) == 500 + 2 * 300 * 301 / 2 + sum(range(801, 821))

@@ -31,7 +31,6 @@ def test_the_continuation_walk_grows_with_layers_and_head_dim():
 
     def walk(**model):
         cfg = with_gpu(config(**model), prefix_walk_us_per_element=1e-3)
-        cfg.engine = dataclasses.replace(cfg.engine, continuation_decode_max=0)  # masked path
         return CostModel(cfg).prefix_walk_us(step)
 
     assert walk() == pytest.approx(1e-3 * width * 32 * 128)
@@ -39,5 +38,6 @@ def test_the_continuation_walk_grows_with_layers_and_head_dim():
     none = CostModel(with_gpu(config(), prefix_walk_us_per_element=0.0))
     assert none.prefix_walk_us(step) == 0.0
     # as decode rows (engine.continuation_decode_max >= 20) the chunk walks no masked table
-    rows = CostModel(with_gpu(config(), prefix_walk_us_per_element=1e-3))
-    assert rows.prefix_walk_us(step) == 0.0
+    cfg = with_gpu(config(), prefix_walk_us_per_element=1e-3)
+    cfg.engine = dataclasses.replace(cfg.engine, continuation_decode_max=20)
+    assert CostModel(cfg).prefix_walk_us(step) == 0.0

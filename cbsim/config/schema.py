@@ -192,8 +192,10 @@ class EngineConfig:
     # process, 4-10 ms a mixed step (experiments/runtime/diag_new_shapes); 1: off
     eager_token_multiple: int = 64
     # continuation chunks of up to this many tokens attend through the paged decode kernel, a
-    # row per token, not the masked path (cbsim/costs/attention_groups.py); 0: never
-    continuation_decode_max: int = 128
+    # row per token, not the masked path (cbsim/costs/attention_groups.py); 0: never. Off until
+    # timed on the GPU (benchmarks/bench_continuation.py): the recorded mixed steps it would
+    # shorten were host-launch bound (h200_run23)
+    continuation_decode_max: int = 0
     # how the Triton decode kernel launches over a table of a given width (both back ends)
     decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())
 
