@@ -9,10 +9,12 @@ model prices them.
 - longer continuations ("ext"): masked attention over the gathered table.
 
 A continuation is a few query rows against a long table: the masked path runs one program per
-kv head and query block, 8 programs walking the whole table for a 10-token chunk of the 8B
-shape, 33-55 ms a step at a 4K context on the H200 (h200_run23/default_a, 8b_poisson_16: a
-mixed step of 24 tokens 53 ms, of 2048 fresh tokens 51 ms). As decode rows the table is read
-with the decode kernel's split-K parallelism.
+kv head and query block walking the whole gathered table (2-7 rows against an 8208-token table
+added 15-30 ms to a 255 ms step of the 8B, h200_run8 long_prompt; hardware.gpu.
+prefix_walk_us_per_element). As decode rows the table is read with the decode kernel's split-K
+parallelism, as the kernel tables time it; which route is faster at which length is what
+benchmarks/bench_continuation.py measures, and ``engine.continuation_decode_max`` stays 0 until
+it has run on the GPU.
 """
 
 from __future__ import annotations

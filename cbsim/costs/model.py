@@ -137,6 +137,15 @@ class CostModel(BufferBytes):
         rows = self.groups(batch).decode_rows
         return max(rows, 1), table_width(longest, self.block_size)
 
+    def uneven_share(self, batch, padded: int | None) -> float:
+        """hardware.gpu.decode_uneven_share where the step's decode launch runs in one wave."""
+        g = self.gpu
+        if not (g.decode_uneven_share and g.decode_wave_programs):
+            return 0.0
+        rows, width = self.decode_table(batch, padded)
+        programs = rows * self.kv_heads * -(-width // self.partition(rows, width))
+        return g.decode_uneven_share if programs <= g.decode_wave_programs else 0.0
+
     def groups(self, batch) -> AttentionGroups:
         """The step's attention groups, as the runtime packs them (attention_groups.py)."""
         return groups_of(batch, self.short_max)
@@ -190,7 +199,14 @@ class CostModel(BufferBytes):
             launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
             groups = None if decode else self.groups(batch)
             attention = kc.attention_us(
-                batch, decode, self.gpu.attention_padded_groups, tile, share, launch, groups
+                batch,
+                decode,
+                self.gpu.attention_padded_groups,
+                tile,
+                share,
+                launch,
+                groups,
+                self.uneven_share(batch, padded_requests),
             )
             s = self.gpu.kernel_table_scale  # the table's machine against the one costed
             linear, lm_head, attention = linear * s, lm_head * s, attention * s
