@@ -8,9 +8,12 @@
           are distinct: the rows here share one, which L2 may serve)
 
 Each timing rotates over table copies past L2 (as a forward's layers do) and is the median of
-CUDA-event timed repeats. The table says where rows pay (engine.continuation_decode_max).
+CUDA-event timed repeats; `diff` is the largest difference between the two routes' outputs. The
+table says where rows pay (engine.continuation_decode_max).
 
-    python benchmarks/bench_continuation.py [--model llama3_8b] [--out FILE.json]
+    python benchmarks/bench_continuation.py [--model llama3_8b] [--out FILE.json]   (the GPU)
+    python benchmarks/bench_continuation.py --small   (a CPU smoke test of the plumbing: the tiny
+                                                       model, the torch decode path, wall time)
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -31,12 +35,21 @@ COPIES = 6  # table copies rotated per timing: 6 x 33 MB at 8K tokens of the 8B,
 
 
 def timed(calls, torch, reps: int = 5) -> float:
-    """Median us of one call, over ``reps`` rounds of the rotated calls."""
+    """Median us of one call, over ``reps`` rounds of the rotated calls (CUDA events; on a CPU
+    the wall clock)."""
     for c in calls:
         c()
-    torch.cuda.synchronize()
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.synchronize()
     out = []
     for _ in range(reps):
+        if not cuda:
+            t0 = time.perf_counter()
+            for c in calls:
+                c()
+            out.append((time.perf_counter() - t0) * 1e6 / len(calls))
+            continue
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         for c in calls:
@@ -47,31 +60,35 @@ def timed(calls, torch, reps: int = 5) -> float:
     return statistics.median(out)
 
 
-def measure(model: str, queries, contexts) -> list[dict]:
+def measure(model: str, queries, contexts, copies: int = COPIES) -> list[dict]:
     import torch
 
     from cbsim.runtime.kv_cache import PagedKVCache
 
     cfg = compose(f"model={model}")
-    m, bs, dev = cfg.model, cfg.workload.kv_block_size, torch.device("cuda")
+    m, bs = cfg.model, cfg.workload.kv_block_size
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
     width = -(-max(contexts) // bs)
-    cache = PagedKVCache(1, COPIES * width, bs, m.num_kv_heads, m.head_dim, torch.bfloat16, dev)
+    cache = PagedKVCache(1, copies * width, bs, m.num_kv_heads, m.head_dim, dt, dev)
     cache.k[0].normal_()
     cache.v[0].normal_()
-    tables = torch.arange(COPIES * width, device=dev).view(COPIES, width)
+    tables = torch.arange(copies * width, device=dev).view(copies, width)
     rows = []
     for ctx in contexts:
         w = -(-ctx // bs)
         for q in (n for n in queries if n < ctx):
-            x = torch.randn(q, m.num_heads, m.head_dim, dtype=torch.bfloat16, device=dev)
+            x = torch.randn(q, m.num_heads, m.head_dim, dtype=dt, device=dev)
             masked = _masked_calls(cache, tables[:, :w], x, ctx - q, m.head_dim**-0.5)
             dec = _row_calls(cache, tables[:, :w], x, ctx - q, m.head_dim**-0.5)
+            diff = (masked[0]()[0].float() - dec[0]().float()).abs().max().item()
             rows.append(
                 {
                     "q": q,
                     "ctx": ctx,
                     "masked_us": timed(masked, torch),
                     "rows_us": timed(dec, torch),
+                    "diff": diff,
                 }
             )
     return rows
@@ -102,13 +119,14 @@ def _row_calls(cache, tables, x, start: int, scale: float) -> list:
     """The chunk's tokens as decode rows over one table copy each call (attention_groups)."""
     import torch
 
-    from cbsim.runtime.kernels.paged_attention import paged_decode_attention
+    from cbsim.runtime.kernels.paged_attention import get_decode_attention
 
+    kernel = get_decode_attention("auto", x.device)  # the Triton kernel on CUDA, else torch
     q, w = x.shape[0], tables.shape[1]
     lens = torch.arange(start + 1, start + q + 1, dtype=torch.int32, device=x.device)
     return [
         partial(
-            paged_decode_attention,
+            kernel,
             x,
             cache.k[0],
             cache.v[0],
@@ -130,6 +148,9 @@ def priced(model: str, rows: list[dict]) -> None:
     cm = CostModel(compose(f"model={model}"))
     kc, share = cm.kernel_costs, cm.gpu.attention_tile_share
     for r in rows:
+        if kc is None or not kc.table.has("decode_attention"):
+            r["priced_us"] = float("nan")  # no kernel table of this model
+            continue
         ctx = np.arange(r["ctx"] - r["q"] + 1, r["ctx"] + 1)
         width = table_width(r["ctx"], cm.block_size)
         tile = cm.rule.tile(width)
@@ -138,28 +159,37 @@ def priced(model: str, rows: list[dict]) -> None:
         r["priced_us"] = us / cm.layers
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--model", default="llama3_8b")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    ap.add_argument("--small", action="store_true", help="CPU smoke test: tiny model and sizes")
+    args = ap.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
-        sys.exit("bench_continuation: needs a CUDA GPU (the runtime's kernels)")
-    rows = measure(args.model, QUERIES, CONTEXTS)
-    priced(args.model, rows)
-    print(f"# {torch.cuda.get_device_name()}, model={args.model}, one layer, us")
-    print(f"{'q':>6} {'ctx':>6} {'masked':>9} {'rows':>9} {'priced':>9} {'rows/masked':>12}")
+    if args.small:
+        model, queries, contexts, copies, where = "tiny", (4, 16), (64, 256), 2, "CPU"
+    elif not torch.cuda.is_available():
+        sys.exit("bench_continuation: needs a CUDA GPU (the runtime's kernels); --small on a CPU")
+    else:
+        model, queries, contexts, copies = args.model, QUERIES, CONTEXTS, COPIES
+        where = torch.cuda.get_device_name()
+    rows = measure(model, queries, contexts, copies)
+    priced(model, rows)
+    print(f"# {where}, model={model}, one layer, us")
+    head = ("q", "ctx", "masked", "rows", "priced", "rows/masked", "diff")
+    print(" ".join(f"{h:>11}" for h in head))
     for r in rows:
+        cells = (r["masked_us"], r["rows_us"], r["priced_us"], r["rows_us"] / r["masked_us"])
         print(
-            f"{r['q']:>6} {r['ctx']:>6} {r['masked_us']:>9.1f} {r['rows_us']:>9.1f} "
-            f"{r['priced_us']:>9.1f} {r['rows_us'] / r['masked_us']:>12.2f}"
+            f"{r['q']:>11} {r['ctx']:>11} "
+            + " ".join(f"{c:>11.2f}" for c in cells)
+            + f" {r['diff']:>11.2g}"
         )
     if args.out:
-        Path(args.out).write_text(json.dumps({"model": args.model, "rows": rows}, indent=1))
+        Path(args.out).write_text(json.dumps({"model": model, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
