@@ -309,6 +309,8 @@ def other_data(
         "io_slots": len(runner.slots),
         # engine.eager_token_multiple: a step with prompt tokens ran over this many rows' multiple
         "eager_token_multiple": runner.token_multiple,
+        # engine.continuation_decode_max: continuations up to this many tokens ran as decode rows
+        "continuation_decode_max": runner.short_max,
         # the CUDA streams the loop ran on (None on a CPU): a forward's speed depends on them
         "streams": streams,
         "tracing": config.mode.tracing,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cbsim.costs.attention_groups import attention_groups
 from cbsim.costs.eager_tokens import eager_tokens
 
 # distinct lengths whose views a slot keeps (graph buckets and the common eager lengths)
@@ -85,6 +86,7 @@ def pack(
     pad_to: int | None = None,
     width: int | None = None,
     token_multiple: int = 1,
+    short_max: int = 0,
 ) -> tuple[np.ndarray, Layout]:
     """A scheduler Batch's inputs as one int64 array and its Layout.
 
@@ -92,7 +94,8 @@ def pack(
     columns (the graph's fixed width; default the batch's longest table); carry: the scheduler's
     carry-over index into this batch (-1 none), padded with -1 to carry_len; token_multiple: a
     batch with prompt tokens padded to ``eager_tokens`` rows (engine.eager_token_multiple), in
-    no attention group. Padding rows write and read the scratch block only.
+    no attention group; short_max: continuations of up to that many tokens as decode rows
+    (engine.continuation_decode_max). Padding rows write and read the scratch block only.
     """
     b, t = len(batch), int(batch.query_tokens)
     all_decode = t == b
@@ -124,7 +127,7 @@ def pack(
         parts.update(dec_tok=np.arange(b, dtype=np.int64), dec_ctx=rows["ctx"], dec_bt=rows["bt"])
         pre_qmax = ext_qmax = 0
     else:
-        pre_qmax, ext_qmax = _attention_groups(batch, rows["ctx"], rows["bt"], parts)
+        pre_qmax, ext_qmax = _attention_groups(batch, rows["ctx"], rows["bt"], parts, short_max)
     layout = make_layout(
         {k: v.shape for k, v in parts.items()},
         num_tokens=t,
@@ -153,17 +156,18 @@ def _padded(rows: dict, pad: int, scratch_slot: int, scratch_block: int) -> dict
     }
 
 
-def _attention_groups(batch, ctx: np.ndarray, bt: np.ndarray, parts: dict) -> tuple[int, int]:
-    """A mixed step's three attention groups into `parts`: decode rows, prompt chunks from
-    position 0 ("pre"), chunks after a cached prefix ("ext", with their own table width);
-    returns the longest chunk of each prefill group."""
+def _attention_groups(
+    batch, ctx: np.ndarray, bt: np.ndarray, parts: dict, short_max: int
+) -> tuple[int, int]:
+    """A mixed step's attention groups (cbsim.costs.attention_groups) into `parts`: decode rows
+    (short continuations a row per token), prompt chunks from position 0 ("pre"), longer chunks
+    after a cached prefix ("ext", with their own table width); returns the longest chunk of
+    each prefill group."""
     q, start = batch.query_lens, batch.start_pos
     tok_start = batch.cu_query_lens[:-1]
-    is_dec = q == 1
-    dec = np.flatnonzero(is_dec)
-    pre = np.flatnonzero(~is_dec & (start == 0))
-    ext = np.flatnonzero(~is_dec & (start > 0))
-    parts.update(dec_tok=tok_start[dec], dec_ctx=ctx[dec], dec_bt=bt[dec])
+    g = attention_groups(q, start, ctx, short_max)
+    parts.update(dec_tok=tok_start[g.dec_req] + g.dec_off, dec_ctx=g.dec_ctx, dec_bt=bt[g.dec_req])
+    pre, ext = g.fresh, g.ext
     pre_qmax = ext_qmax = 0
     if len(pre):
         pre_qmax = int(q[pre].max())

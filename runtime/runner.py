@@ -144,7 +144,10 @@ class ModelRunner:
         # a step with prompt tokens runs over its tokens padded to this (cbsim.costs.eager_tokens)
         self.token_multiple = config.engine.eager_token_multiple
         self.max_tokens = round_up(w.max_batch_tokens, self.token_multiple)
-        cap = slot_capacity(max(self.max_tokens, biggest), self.max_outputs, self.graph_width)
+        # short continuations attend as decode rows, a row per token (attention_groups)
+        self.short_max = config.engine.continuation_decode_max
+        self.max_decode_rows = self.max_outputs + min(self.short_max, w.max_batch_tokens)
+        cap = slot_capacity(max(self.max_tokens, biggest), self.max_decode_rows, self.graph_width)
         self.slots = [IOSlot(i, cap, self.max_outputs, device) for i in range(num_slots)]
         self.graph_widths = {
             b: self._launch_classes(b) if config.engine.graph_width_classes else [self.graph_width]
@@ -200,6 +203,7 @@ class ModelRunner:
             carry,
             self.carry_len,
             token_multiple=self.token_multiple,
+            short_max=self.short_max,
         )
         slot.write(flat)
         return StepPlan(batch, slot, layout, bucket, flat.size)

@@ -56,7 +56,7 @@ def compile_decode_variants(runner: ModelRunner) -> None:
     kc, vc = cache.k[0], cache.v[0]
     hq = s["num_heads"]
     for rows, width in compiled_variants(
-        runner.max_outputs,
+        runner.max_decode_rows,
         s["num_kv_heads"],
         runner.graph_width,
         runner.block_size,

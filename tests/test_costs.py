@@ -300,3 +300,6 @@ def test_padded_groups_count_the_work_the_runtime_attention_does():
     # one prompt from position 0 alone: the same work either way
     one = Shape([8192], [8192], kind="prefill")
     assert padded.padded_attention_work(one) == pytest.approx(8192 * 8193 / 2)
+    # the 20 as decode rows (engine.continuation_decode_max >= 20): each its own context
+    padded.short_max = 20
+    assert padded.padded_attention_work(step) == 500 + 2 * 300 * 301 / 2 + sum(range(801, 821))

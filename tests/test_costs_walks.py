@@ -37,3 +37,7 @@ def test_the_continuation_walk_grows_with_layers_and_head_dim():
     assert walk(num_layers=16, head_dim=64, num_heads=32) == pytest.approx(walk() / 4)
     none = CostModel(with_gpu(config(), prefix_walk_us_per_element=0.0))
     assert none.prefix_walk_us(step) == 0.0
+    # as decode rows (engine.continuation_decode_max >= 20) the chunk walks no masked table
+    cfg = with_gpu(config(), prefix_walk_us_per_element=1e-3)
+    cfg.engine = dataclasses.replace(cfg.engine, continuation_decode_max=20)
+    assert CostModel(cfg).prefix_walk_us(step) == 0.0

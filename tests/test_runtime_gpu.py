@@ -57,6 +57,23 @@ def test_async_equals_sync_equals_generate(config_factory, case, attention):
         assert (host.name == S.WAIT).sum() == res.summary["steps"]
 
 
+@pytest.mark.parametrize("attention", ["torch", "triton"])
+def test_short_continuations_as_decode_rows_on_the_gpu(config_factory, attention):
+    """engine.continuation_decode_max=16: every continuation of the chunked case attends as
+    decode rows through the decode kernel (Triton or the torch path); async == sync, and the
+    torch path's tokens are generate's."""
+    over = (
+        GPU + CASES["chunked"] + [f"mode.attention={attention}", "engine.graph_batch_sizes=[1,2,4]"]
+    )
+    over += ["engine.continuation_decode_max=16"]
+    sync = execute(config_factory(over + ["engine=sync"]), "sync")
+    asyn = execute(config_factory(over + ["engine=async"]), "async")
+    assert_same_tokens(asyn, sync.outputs)
+    assert sync.trace.other_data["continuation_decode_max"] == 16
+    if attention == "torch":
+        assert_same_tokens(sync, reference_tokens(config_factory(over), device="cuda"))
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_async_on_one_stream_equals_sync(config_factory, case):
     """engine.streams=one: the async loop's copies and forwards on one stream, its host still

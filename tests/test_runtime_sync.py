@@ -117,6 +117,19 @@ def test_padded_eager_steps_give_the_same_tokens(config_factory, multiple):
     assert result.trace.other_data["eager_token_multiple"] == multiple
 
 
+@pytest.mark.parametrize("short_max", [0, 8])
+def test_short_continuations_as_decode_rows_give_the_same_tokens(config_factory, short_max):
+    """engine.continuation_decode_max: the chunked case's continuations are 16 and 8 tokens; at 8
+    the last chunk of each prompt attends as decode rows, at 0 every chunk through the masked
+    path; the tokens are generate's either way, and the trace says what the build did."""
+    config = config_factory(
+        BASE + CASES["chunked"] + [f"engine.continuation_decode_max={short_max}"]
+    )
+    result = execute(config, "sync")
+    assert_same_tokens(result, reference_tokens(config))
+    assert result.trace.other_data["continuation_decode_max"] == short_max
+
+
 def test_trace_has_every_lane_phase_and_request_event(config_factory):
     config = config_factory(BASE + CASES["staggered"])
     result = execute(config, "sync")

@@ -48,6 +48,8 @@ SHARES = {"attention_tile_share": 1.0}
 # measured on the device, never fitted: the tile share's fall with the batch's tile bytes and,
 # once that fall is measured (> 0), the share itself (experiments/kernels/h200_probe)
 TILE_MEASURED = ("attention_tile_share_bytes", "attention_tile_share")
+# measured from recorded steps by their own analysis (experiments/runtime/diag_poisson_steps.py)
+UNEVEN_MEASURED = ("decode_uneven_share",)
 # (shape, replayed as a graph, carry-over ran, carry-over in a span of its own, idle before)
 Sample = tuple[Any, bool, bool, bool, float]
 
@@ -184,7 +186,7 @@ def forward_problem(recs: list[Recorded], cal: Calibration, options: FitOptions)
 def fitted_terms(gpu) -> list[str]:
     """The GPU terms the forward fit moves: not the per-kernel gaps, nor what was measured."""
     measured = TILE_MEASURED if gpu.attention_tile_share_bytes > 0 else TILE_MEASURED[:1]
-    return [t for t in gpu_terms(gpu) if t not in (*GPU_LAST, *measured)]
+    return [t for t in gpu_terms(gpu) if t not in (*GPU_LAST, *measured, *UNEVEN_MEASURED)]
 
 
 class ForwardFit:

@@ -191,6 +191,10 @@ class Recorded:
             multiple = other.get("eager_token_multiple")
             multiple = multiple if isinstance(multiple, int) and multiple >= 1 else 1
             eng = dataclasses.replace(eng, eager_token_multiple=multiple)
+            # short continuations as decode rows as the build says; builds before it: none
+            short = other.get("continuation_decode_max")
+            short = short if isinstance(short, int) and short >= 0 else 0
+            eng = dataclasses.replace(eng, continuation_decode_max=short)
         return dataclasses.replace(cfg, engine=eng, mode=self._build_mode(cfg.mode))
 
     def _build_mode(self, mode):

@@ -274,6 +274,15 @@ class GpuCosts:
     # is not separable from forward_fixed_us in these recordings, so there is none. 0 = a
     # forward independent of what came before
     idle_slowdown: float = 0.0
+    # Decode launches of at most this many programs (padded rows x kv heads x split-K
+    # partitions) run in one wave: engine.decode_launch's target, two per SM of the H200's 132.
+    # 0 = none counted as one wave
+    decode_wave_programs: int = 0
+    # A one-wave decode launch ends with its longest request, where a kernel table times even
+    # contexts: its attention is charged this share of the way from the batch's mean context to
+    # its longest (measured, not fitted: experiments/runtime/diag_poisson_steps.py --fit-uneven).
+    # 0 = at the mean context, every launch
+    decode_uneven_share: float = 0.0
     spread: GpuSpread = field(default_factory=GpuSpread)
     # the SM clock under sustained GEMM load (the power limit); a nested group: not a fitted term
     clock: GpuClock = field(default_factory=GpuClock)
@@ -306,6 +315,8 @@ class GpuCosts:
             check_range(f"hardware.gpu.{key}", getattr(self, key), 0, 1 << 20)
         check_range("hardware.gpu.attention_tile_share", self.attention_tile_share, 0.0, 1.0)
         check_range("hardware.gpu.kernel_table_scale", self.kernel_table_scale, 0.1, 10.0)
+        check_range("hardware.gpu.decode_wave_programs", self.decode_wave_programs, 0, 1 << 20)
+        check_range("hardware.gpu.decode_uneven_share", self.decode_uneven_share, 0.0, 1.0)
         check_non_negative(
             "hardware.gpu",
             self,

@@ -191,6 +191,11 @@ class EngineConfig:
     # such GEMM shape warmed up: cuBLAS takes 0.3-2.7 ms of host time at a shape new to the
     # process, 4-10 ms a mixed step (experiments/runtime/diag_new_shapes); 1: off
     eager_token_multiple: int = 64
+    # continuation chunks of up to this many tokens attend through the paged decode kernel, a
+    # row per token, not the masked path (cbsim/costs/attention_groups.py); 0: never. Off until
+    # timed on the GPU (benchmarks/bench_continuation.py): the recorded mixed steps it would
+    # shorten were host-launch bound (h200_run23)
+    continuation_decode_max: int = 0
     # how the Triton decode kernel launches over a table of a given width (both back ends)
     decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())
 
@@ -199,6 +204,7 @@ class EngineConfig:
         check_choice("engine.streams", self.streams, STREAM_MODES)
         check_range("engine.io_slots", self.io_slots, 1, 2)
         check_range("engine.eager_token_multiple", self.eager_token_multiple, 1, 1024)
+        check_range("engine.continuation_decode_max", self.continuation_decode_max, 0, 8192)
         if self.name in ("async", "compare") and not self.carry_over:
             raise ConfigError(
                 f"engine.carry_over=false is impossible with engine.name={self.name}: batch N+1 "

@@ -31,19 +31,17 @@ def layer_kernels(gpu, fused_epilogues: bool) -> int:
     return max(1, gpu.kernels_per_layer + delta)
 
 
-def step_kernels(gpu, base: int, layers: int, batch, decode: bool) -> int:
+def step_kernels(gpu, base: int, layers: int, groups) -> int:
     """Kernels of one forward: ``base`` (the layers' own and the per-forward ones), plus those of
-    each attention group the step holds (the runtime's groups, runtime/attention.py)."""
-    chunk = None if decode else batch.query_lens > 1
-    # (a prompt's last token beside decode rows also takes the runtime's decode path)
-    if decode or not chunk.any():
+    each attention group the step holds (``groups``: its AttentionGroups, None for a decode-only
+    step; the runtime's groups, runtime/attention.py)."""
+    if groups is None or not (len(groups.fresh) or len(groups.ext)):
         return base + gpu.decode_kernels_per_layer * layers
-    prefix = batch.start_pos > 0
     n = base
-    if not chunk.all():
+    if groups.decode_rows:
         n += gpu.decode_kernels_per_layer * layers
-    if (chunk & ~prefix).any():
+    if len(groups.fresh):
         n += gpu.prefill_kernels_per_layer * layers + gpu.prefill_kernels_extra
-    if (chunk & prefix).any():
+    if len(groups.ext):
         n += gpu.prefix_kernels_per_layer * layers + gpu.prefix_kernels_extra
     return n

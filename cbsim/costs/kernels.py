@@ -138,12 +138,23 @@ class KernelCosts:
         return share / (1.0 + rows * self.kv_bytes_per_token * tile / self.tile_share_bytes)
 
     def decode_rows_us(
-        self, ctx: np.ndarray, tile: int, tile_share: float, launch: str = ""
+        self, ctx: np.ndarray, tile: int, tile_share: float, launch: str = "", uneven: float = 0.0
     ) -> float:
-        """The paged decode kernel over requests of contexts ``ctx``: it reads live tokens only
-        but computes whole tiles of ``tile`` tokens, so a share of its time (``tile_share``) is
-        charged at each context rounded up to its tile (the table's contexts are tile multiples,
-        where the two agree; between them the table is interpolated per token)."""
+        """The paged decode kernel over requests of contexts ``ctx`` (``even_rows_us``); a launch
+        that ends with its longest request pays ``uneven`` of the way from the even batch of
+        their mean context to one of the longest's (hardware.gpu.decode_uneven_share)."""
+        even = self.even_rows_us(ctx, tile, tile_share, launch)
+        top = int(ctx.max())
+        if not uneven or top * len(ctx) == int(ctx.sum()):
+            return even
+        longest = self.even_rows_us(np.full(len(ctx), top), tile, tile_share, launch)
+        return even + uneven * (longest - even)
+
+    def even_rows_us(self, ctx: np.ndarray, tile: int, tile_share: float, launch: str) -> float:
+        """The kernel's time as the table has it at the batch's mean context: it reads live
+        tokens only but computes whole tiles of ``tile`` tokens, so a share of its time
+        (``tile_share``) is charged at each context rounded up to its tile (the table's contexts
+        are tile multiples, where the two agree; between them it is interpolated per token)."""
         rows = len(ctx)
         total = int(ctx.sum())
         per_token = self.decode_attention_us(rows, total / rows, launch)
@@ -168,20 +179,22 @@ class KernelCosts:
         tile: int = 128,
         tile_share: float = 0.0,
         launch: str = "",
+        groups=None,
+        uneven: float = 0.0,
     ) -> float:
-        """Decode rows (``decode_rows_us``) and prompt chunks from position 0 (chunks after a
-        cached prefix are costed by the caller's roofline)."""
+        """Decode rows (``decode_rows_us``; a mixed step's from its ``groups``, short
+        continuations among them) and prompt chunks from position 0 (chunks after a cached
+        prefix beyond the decode rows are costed by the caller's roofline)."""
         q, ctx = batch.query_lens, batch.context_lens
         if decode:
-            return self.decode_rows_us(np.asarray(ctx), tile, tile_share, launch)
-        one = q == 1
+            return self.decode_rows_us(np.asarray(ctx), tile, tile_share, launch, uneven)
         total = 0.0
-        if one.any():
-            total += self.decode_rows_us(np.asarray(ctx[one]), tile, tile_share, launch)
-        fresh = (q > 1) & (batch.start_pos == 0)
-        if fresh.any():
+        if groups.decode_rows:
+            total += self.decode_rows_us(groups.dec_ctx, tile, tile_share, launch, uneven)
+        fresh = groups.fresh
+        if len(fresh):
             if padded_groups:  # one group padded to its longest chunk
-                total += self.prefill_attention_us(int(fresh.sum()), int(q[fresh].max()))
+                total += self.prefill_attention_us(len(fresh), int(q[fresh].max()))
             else:
                 total += sum(self.prefill_attention_us(1, int(n)) for n in np.asarray(q[fresh]))
         return total

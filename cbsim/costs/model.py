@@ -24,9 +24,8 @@ per block, ``copy_launch_us`` per copy, ``event_us`` per event op.
 
 from __future__ import annotations
 
-import numpy as np
-
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.attention_groups import AttentionGroups, groups_of
 from cbsim.costs.buffer_bytes import BufferBytes
 from cbsim.costs.clock import settle_forward
 from cbsim.costs.decode_kernel import GraphTables, LaunchRule, launch_name, table_width
@@ -78,6 +77,7 @@ class CostModel(BufferBytes):
         self.d2h_bw = hw.d2h_bandwidth * 1e-6
         self.graph_sizes = sorted(config.engine.graph_batch_sizes)
         self.token_multiple = config.engine.eager_token_multiple
+        self.short_max = config.engine.continuation_decode_max
         self.model, self.workload = m, w
         self.gemm_row_us = g.gemm_row_us
         self.walk_us = g.attention_walk_us_per_token
@@ -134,8 +134,21 @@ class CostModel(BufferBytes):
         longest = int(batch.context_lens.max())
         if padded is not None:
             return padded, self.graph_table(padded, longest)
-        rows = int(np.count_nonzero(batch.query_lens == 1))
+        rows = self.groups(batch).decode_rows
         return max(rows, 1), table_width(longest, self.block_size)
+
+    def uneven_share(self, batch, padded: int | None) -> float:
+        """hardware.gpu.decode_uneven_share where the step's decode launch runs in one wave."""
+        g = self.gpu
+        if not (g.decode_uneven_share and g.decode_wave_programs):
+            return 0.0
+        rows, width = self.decode_table(batch, padded)
+        programs = rows * self.kv_heads * -(-width // self.partition(rows, width))
+        return g.decode_uneven_share if programs <= g.decode_wave_programs else 0.0
+
+    def groups(self, batch) -> AttentionGroups:
+        """The step's attention groups, as the runtime packs them (attention_groups.py)."""
+        return groups_of(batch, self.short_max)
 
     def decode_tile(self, batch, padded: int | None) -> int:
         return self.rule.tile(self.decode_table(batch, padded)[1])
@@ -184,8 +197,16 @@ class CostModel(BufferBytes):
             share = self.gpu.attention_tile_share
             tile = self.decode_tile(batch, padded_requests) if share else 128
             launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
+            groups = None if decode else self.groups(batch)
             attention = kc.attention_us(
-                batch, decode, self.gpu.attention_padded_groups, tile, share, launch
+                batch,
+                decode,
+                self.gpu.attention_padded_groups,
+                tile,
+                share,
+                launch,
+                groups,
+                self.uneven_share(batch, padded_requests),
             )
             s = self.gpu.kernel_table_scale  # the table's machine against the one costed
             linear, lm_head, attention = linear * s, lm_head * s, attention * s
@@ -250,9 +271,9 @@ class CostModel(BufferBytes):
                 rows = padded_requests if padded_requests is not None else len(batch)
                 longest = int(ctx.max())
             else:  # the decode rows of a mixed step go through the same kernel
-                dec = batch.query_lens == 1
-                rows = int(np.count_nonzero(dec))
-                longest = int(ctx[dec].max()) if rows else 0
+                dec_ctx = self.groups(batch).dec_ctx
+                rows = len(dec_ctx)
+                longest = int(dec_ctx.max()) if rows else 0
             if rows:
                 width = self.graph_table(rows, longest) if padded_requests is not None else None
                 attention += self.walk_us * min(longest, self.partition(rows, width))
@@ -283,8 +304,8 @@ class CostModel(BufferBytes):
     def prefix_walk_us(self, batch) -> float:
         """The masked continuation kernel's walk over the widest continuation's table: its kv
         heads' programs run side by side, each over table tokens x head_dim, layer after layer."""
-        ext = (batch.query_lens > 1) & (batch.start_pos > 0)
-        if not self.gpu.prefix_walk_us_per_element or not ext.any():
+        ext = self.groups(batch).ext
+        if not self.gpu.prefix_walk_us_per_element or not len(ext):
             return 0.0
         width = -(-int(batch.context_lens[ext].max()) // self.block_size) * self.block_size
         return self.gpu.prefix_walk_us_per_element * width * self.walk_elements_per_token
@@ -293,8 +314,8 @@ class CostModel(BufferBytes):
         """Chunks after a cached prefix, which a kernel table does not time: the roofline of
         their work (padded to the longest, against the whole gathered table, as the runtime
         runs them with attention_padded_groups) and the walk over that table."""
-        ext = (batch.query_lens > 1) & (batch.start_pos > 0)
-        if not ext.any():
+        ext = self.groups(batch).ext
+        if not len(ext):
             return 0.0
         q, ctx = batch.query_lens[ext], batch.context_lens[ext]
         if self.gpu.attention_padded_groups:
@@ -316,23 +337,23 @@ class CostModel(BufferBytes):
         causal (flash skips the masked half); continuations padded to the longest and masked
         against the whole gathered table (no causal skipping)."""
         q, ctx = batch.query_lens, batch.context_lens
-        chunk = q > 1
-        start = batch.start_pos
-        fresh, ext = chunk & (start == 0), chunk & (start > 0)
-        work = float(ctx[~chunk].sum())
-        if fresh.any():
+        g = self.groups(batch)
+        fresh, ext = g.fresh, g.ext
+        work = float(g.dec_ctx.sum())
+        if len(fresh):
             qm = int(q[fresh].max())
-            work += int(fresh.sum()) * qm * (qm + 1) / 2
-        if ext.any():
+            work += len(fresh) * qm * (qm + 1) / 2
+        if len(ext):
             qm = int(q[ext].max())
             width = -(-int(ctx[ext].max()) // self.block_size) * self.block_size
-            work += int(ext.sum()) * qm * width
+            work += len(ext) * qm * width
         return work
 
     def step_kernels(self, batch, decode: bool) -> int:
         """Kernels of one forward (graph nodes when replayed), by the step's attention groups
         (kernel_count.py)."""
-        return step_kernels(self.gpu, self.kernels, self.layers, batch, decode)
+        groups = None if decode else self.groups(batch)
+        return step_kernels(self.gpu, self.kernels, self.layers, groups)
 
     def h2d_us(self, nbytes: int) -> float:
         if self.table_copies:

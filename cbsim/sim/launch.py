@@ -14,6 +14,7 @@ import numpy as np
 
 from cbsim.config.hardware import HostCosts
 from cbsim.costs import ForwardCost
+from cbsim.costs.attention_groups import extra_table_entries
 from cbsim.costs.clock import lagged
 from cbsim.costs.eager_tokens import eager_tokens
 from cbsim.scheduler import Batch
@@ -80,7 +81,10 @@ def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
     # block-table entries: sum of ceil(context / block) is at most this (one partial each)
     kv_blocks = costs.kv_blocks(batch.kv_tokens, batch.num_requests)
     tokens = batch.query_tokens if graph else eager_tokens(batch, eng.eager_token_multiple)
-    h2d_bytes = costs.h2d_bytes(tokens, batch.num_requests, batch.num_samples, kv_blocks)
+    entries = kv_blocks
+    if not one_each:  # short continuations' decode rows each carry their request's table
+        entries += extra_table_entries(costs.groups(batch), batch.context_lens, costs.block_size)
+    h2d_bytes = costs.h2d_bytes(tokens, batch.num_requests, batch.num_samples, entries)
     samples = batch.num_samples
     bucket = padded if graph else None
     width = costs.graph_table(padded, int(batch.context_lens.max())) if graph else None

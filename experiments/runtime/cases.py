@@ -350,6 +350,18 @@ MATRIX["default_a"] = {
     "rep_8b_16x512+256": REFERENCE_CASE,
 }
 MATRIX["seed_final"] = {"seed_8192": (CASES["seed_8192"], 180)}
+# online workloads no recorded run has, most with their decode launches in one wave (at most
+# 256 programs: the 8B, 3B and 1B at up to 32 seats, Qwen's 4 kv heads at 64) and one control
+# of more (the 8B at 56 seats), to be predicted before the call with hardware=h200, whose
+# gpu.decode_uneven_share was measured on h200_run21/22 (h200_run24, not recorded yet)
+MATRIX["uneven_a"] = {
+    "8b_poisson_28": (poisson("llama3_8b", 28, 72, 6.0, 640, 384), 24),
+    "3b_poisson_20": (poisson("llama3_3b", 20, 60, 8.0, 1024, 384), 20),
+    "1b_poisson_24": (poisson("llama3_1b", 24, 96, 24.0, 768, 512), 16),
+    "q7b_poisson_56": (poisson("qwen2_5_7b", 56, 128, 20.0, 512, 256), 20),
+    "8b_poisson_56": (poisson("llama3_8b", 56, 128, 16.0, 512, 256), 20),
+    "rep_8b_16x512+256": REFERENCE_CASE,
+}
 
 
 def part_cases(part: str) -> dict[str, list[str]]:
