@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.attention_groups import max_decode_rows
 from cbsim.costs.decode_kernel import LaunchRule, class_width, launch_classes
 from cbsim.costs.eager_tokens import round_up
 
@@ -146,7 +147,7 @@ class ModelRunner:
         self.max_tokens = round_up(w.max_batch_tokens, self.token_multiple)
         # short continuations attend as decode rows, a row per token (attention_groups)
         self.short_max = config.engine.continuation_decode_max
-        self.max_decode_rows = self.max_outputs + min(self.short_max, w.max_batch_tokens)
+        self.max_decode_rows = max_decode_rows(self.max_outputs, self.max_tokens, self.short_max)
         cap = slot_capacity(max(self.max_tokens, biggest), self.max_decode_rows, self.graph_width)
         self.slots = [IOSlot(i, cap, self.max_outputs, device) for i in range(num_slots)]
         self.graph_widths = {

@@ -9,7 +9,7 @@ from cost_shapes import Shape
 
 from cbsim.api import compose
 from cbsim.costs import CostModel
-from cbsim.costs.attention_groups import attention_groups
+from cbsim.costs.attention_groups import attention_groups, max_decode_rows
 
 # a decode row (context 300), a 3-token continuation after 10 cached tokens, a 50-token one
 # after 4000, a prompt chunk from position 0
@@ -53,6 +53,10 @@ def test_the_runtime_packs_the_rows_the_cost_model_prices():
             return np.arange(4 * 260).reshape(4, 260)
 
     flat, layout = pack(Batch(), 63, None, 0, short_max=3)
+    # the IO slot the runner sizes for these (a row per request, plus the short chunks' tokens)
+    from cbsim.runtime.io_slots import slot_capacity
+
+    assert layout.total <= slot_capacity(int(Q.sum()), max_decode_rows(4, int(Q.sum()), 3), 260)
     v = layout.views(torch.from_numpy(flat))
     g = attention_groups(Q, START, CTX, 3)
     assert v["dec_ctx"].tolist() == g.dec_ctx.tolist()
@@ -82,3 +86,12 @@ def test_a_short_continuation_costs_decode_rows_not_the_masked_walk():
     extra = gpu.prefix_kernels_per_layer * rows.layers + gpu.prefix_kernels_extra
     assert masked.step_kernels(step, False) - rows.step_kernels(step, False) == extra
     assert rows.decode_table(step, None)[0] == 24
+
+
+def test_the_decode_rows_bound_holds_for_several_short_continuations():
+    """Three requests each a 5-token continuation and one decode row: 16 rows of 16 tokens."""
+    q, ctx = np.array([5, 5, 5, 1]), np.array([50, 60, 70, 80])
+    g = attention_groups(q, ctx - q, ctx, 8)
+    assert g.decode_rows == 16 <= max_decode_rows(4, int(q.sum()), 8)
+    assert max_decode_rows(4, 16, 0) == 4  # without short continuations, a row per request
+    assert max_decode_rows(64, 2048, 128) == 64 + 2048  # no more than a step's tokens

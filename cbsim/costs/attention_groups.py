@@ -75,3 +75,9 @@ def extra_table_entries(groups: AttentionGroups, context_lens: np.ndarray, block
     (each short continuation row carries its request's table)."""
     req = groups.dec_req[groups.dec_off > 0]
     return int((-(-np.asarray(context_lens)[req] // block_size)).sum())
+
+
+def max_decode_rows(max_requests: int, max_tokens: int, short_max: int) -> int:
+    """The most decode rows a step can have: a row per request, plus each short continuation's
+    tokens beyond it (every request's chunk that short, and no more than a step has tokens)."""
+    return max_requests + min(max_tokens, short_max * max_requests)
