@@ -148,6 +148,35 @@ def test_pick_partition():
     assert pick_partition(4, 8, 8192, rule=RULE_BEFORE) == 1024  # never below 1024 tokens
 
 
+@pytest.mark.parametrize("kv_heads", [4, 8, 40])
+def test_rows_past_one_split_each_add_no_compiled_variant(kv_heads):
+    """compiled_variants stops at the rows from which every table is one split per (request,
+    kv head): every (rows, width) past it has the launch constexprs of that row count."""
+    from cbsim.costs.decode_kernel import RULE_BEFORE, LaunchRule
+    from cbsim.runtime.kernels.paged_attention import compiled_variants, pick_partition, pick_tile
+
+    for rule in (LaunchRule.of(), RULE_BEFORE):
+        full = -(-rule.target_programs // kv_heads)
+        for width in (1, 7, 16, 130, 513):
+            ctx = width * 16
+            at_full = pick_partition(full, kv_heads, ctx, rule=rule)
+            for rows in (full + 1, 2 * full, 3 * full + 5):
+                assert pick_partition(rows, kv_heads, ctx, rule=rule) == at_full
+
+        # every launch a batch of up to 3 x full rows can take is compiled by the capped list
+        def key(rows, width, rule=rule):
+            ctx = width * 16
+            part = pick_partition(rows, kv_heads, ctx, pick_tile(ctx, rule), rule)
+            splits = -(-ctx // part)
+            pow2 = 1 << (splits - 1).bit_length()
+            tile = pick_tile(ctx, rule)
+            return tile, part, splits == 1, pow2, splits % 16 == 0, width == 1, width % 16 == 0
+
+        compiled = {key(r, w) for r, w in compiled_variants(3 * full, kv_heads, 80, 16, rule)}
+        every = {key(r, w) for r in range(1, 3 * full + 1) for w in range(1, 81)}
+        assert every == compiled
+
+
 def test_get_decode_attention_on_cpu():
     assert get_decode_attention("torch", "cpu") is paged_decode_attention_sdpa
     assert get_decode_attention("auto", "cpu") is paged_decode_attention_sdpa

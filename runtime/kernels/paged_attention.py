@@ -219,7 +219,10 @@ def compiled_variants(
     Eager mixed steps reach many of them; compiling one mid-run costs 0.1-1 s (measured on
     the H200, experiments/runtime/README.md), so the runtime's warm-up runs each once."""
     seen: dict[tuple, tuple[int, int]] = {}
-    for rows in range(1, max_rows + 1):
+    # from this many rows on every table is one split per (request, kv head): the variants
+    # depend on the width alone, so rows past it add none
+    full = max(1, -(-rule.target_programs // max(1, kv_heads)))
+    for rows in range(1, min(max_rows, full) + 1):
         for width in range(1, max_width + 1):
             max_ctx = width * block_size
             tile = pick_tile(max_ctx, rule)
