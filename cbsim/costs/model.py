@@ -87,6 +87,7 @@ class CostModel(BufferBytes):
         self.walk_elements_per_token = layers * m.head_dim
         self._max_context = max_context
         self._partitions: dict[tuple[int, int], int] = {}
+        self._groups: tuple[object, AttentionGroups] | None = None  # the last batch's
         # a graph per decode-kernel launch class (engine.graph_width_classes; the Triton kernel)
         classes = config.engine.graph_width_classes and config.mode.attention != "torch"
         self.rule = LaunchRule.of(config.engine.decode_launch)
@@ -147,8 +148,11 @@ class CostModel(BufferBytes):
         return g.decode_uneven_share if programs <= g.decode_wave_programs else 0.0
 
     def groups(self, batch) -> AttentionGroups:
-        """The step's attention groups, as the runtime packs them (attention_groups.py)."""
-        return groups_of(batch, self.short_max)
+        """The step's attention groups, as the runtime packs them (attention_groups.py): made
+        once per batch, which the forward's terms and the step's copy all read."""
+        if self._groups is None or self._groups[0] is not batch:
+            self._groups = (batch, groups_of(batch, self.short_max))
+        return self._groups[1]
 
     def decode_tile(self, batch, padded: int | None) -> int:
         return self.rule.tile(self.decode_table(batch, padded)[1])
@@ -198,15 +202,10 @@ class CostModel(BufferBytes):
             tile = self.decode_tile(batch, padded_requests) if share else 128
             launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
             groups = None if decode else self.groups(batch)
+            uneven = self.uneven_share(batch, padded_requests)
+            padded_groups = self.gpu.attention_padded_groups
             attention = kc.attention_us(
-                batch,
-                decode,
-                self.gpu.attention_padded_groups,
-                tile,
-                share,
-                launch,
-                groups,
-                self.uneven_share(batch, padded_requests),
+                batch, decode, padded_groups, tile, share, launch, groups, uneven
             )
             s = self.gpu.kernel_table_scale  # the table's machine against the one costed
             linear, lm_head, attention = linear * s, lm_head * s, attention * s
