@@ -139,24 +139,17 @@ def _row_calls(cache, tables, x, start: int, scale: float) -> list:
 
 
 def priced(model: str, rows: list[dict]) -> None:
-    """The cost model's price of each row set, per layer (the default profile's kernel table,
-    at its fitted scale)."""
+    """The cost model's price of each row set, per layer: the attention CostModel.forward charges
+    an eager step of those decode rows (the default profile)."""
     import numpy as np
 
-    from cbsim.costs.decode_kernel import launch_name, table_width
+    from cbsim.calibration.steps import StepShape
 
     cm = CostModel(compose(f"model={model}"))
-    kc, share = cm.kernel_costs, cm.gpu.attention_tile_share
     for r in rows:
-        if kc is None or not kc.table.has("decode_attention"):
-            r["priced_us"] = float("nan")  # no kernel table of this model
-            continue
-        ctx = np.arange(r["ctx"] - r["q"] + 1, r["ctx"] + 1)
-        width = table_width(r["ctx"], cm.block_size)
-        tile = cm.rule.tile(width)
-        launch = launch_name(tile, cm.partition(r["q"], width), width) if kc.per_launch else ""
-        us = kc.decode_rows_us(ctx, tile, share, launch) * cm.gpu.kernel_table_scale
-        r["priced_us"] = us / cm.layers
+        q, ctx = r["q"], np.arange(r["ctx"] - r["q"] + 1, r["ctx"] + 1)
+        shape = StepShape(q, q, int(ctx.sum()), q, "decode", (np.ones(q, np.int64), ctx))
+        r["priced_us"] = cm.forward(shape, graph=False, carry_over=False).attention_us / cm.layers
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -70,7 +70,7 @@ def decode_row(rec, cm: CostModel) -> dict:
             continue
         q, ctx = lens
         pad = cm.graph_size(len(q))
-        shape = StepShape(len(q), int(q.sum()), int(ctx.sum()), int(r.new_tokens), "decode", lens)
+        shape = _shape(rec, int(r.step), r)
         pred = cm.forward(shape, graph=True, carry_over=bool(r.carry), padded_requests=pad)
         width = cm.graph_table(pad, int(ctx.max()))
         splits = -(-width // cm.partition(pad, width))
@@ -106,7 +106,7 @@ def uneven_terms(rec, hw) -> tuple[float, float]:
             continue
         q, ctx = lens
         pad = models[0].graph_size(len(q))
-        shape = StepShape(len(q), int(q.sum()), int(ctx.sum()), int(r.new_tokens), "decode", lens)
+        shape = _shape(rec, int(r.step), r)
         even, longest = (
             m.forward(shape, graph=True, carry_over=bool(r.carry), padded_requests=pad).total_us
             for m in models
