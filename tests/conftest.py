@@ -20,7 +20,7 @@ register_configs()
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 REPO = Path(__file__).resolve().parents[1]
-RECORDINGS = REPO / "experiments" / "runtime"
+RECORDINGS = REPO / "experiments" / "recordings"
 # the unfitted first estimates: the base of the synthetic recovery tests and of the band tests,
 # which set their own truth and spread on it, so a newly fitted default moves none of them
 UNFITTED = "hardware=h200_estimates"
@@ -37,7 +37,7 @@ def make_config(overrides: list[str] | None = None):
 
 def validate_recorded(out_dir: Path, traces: str, *overrides: str) -> dict:
     """``+experiment=validate`` on committed recordings (``traces``: comma-separated globs under
-    experiments/runtime) with ``overrides``, quietly (no report, progress or table): the task's
+    experiments/recordings) with ``overrides``, quietly (no report, progress or table): the task's
     output, as metrics.json holds it."""
     from cbsim.validation.tasks import run_validation_task
 
@@ -57,20 +57,20 @@ def validate_recorded(out_dir: Path, traces: str, *overrides: str) -> dict:
 
 
 def shipped_async_runs(out_dir: Path, cases: dict[str, tuple[str, ...]], *overrides: str) -> list:
-    """The async runs of ``cases`` (a part's directory under experiments/runtime -> its case
+    """The async runs of ``cases`` (a set under experiments/recordings, e.g. h200/fit_a -> its case
     names) validated with the shipped profile, which none of them entered (holdout=profile)."""
     trace = ",".join(
         f"{part}/{case}/trace_async.json.gz" for part, names in cases.items() for case in names
     )
     runs = validate_recorded(
-        out_dir, trace, "hardware=h200_kernels_calibrated", "extra.holdout=profile", *overrides
+        out_dir, trace, "hardware=h200", "extra.holdout=profile", *overrides
     )["runs"]
     assert len(runs) == sum(len(names) for names in cases.values())
     return runs
 
 
 def recorded(path: str):
-    """A committed recording (a path under experiments/runtime) as calibration reads it."""
+    """A committed recording (a path under experiments/recordings) as calibration reads it."""
     from cbsim.calibration.recordings import Recorded
     from cbsim.trace import read_trace
 

@@ -7,17 +7,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import RECORDINGS, make_config, validate_recorded
+from conftest import make_config, validate_recorded
 
 from cbsim.config import ConfigError
 from cbsim.validation.anchor import CallMachine
 
-BLAS_B = RECORDINGS / "h200_run17" / "blas_b"
-ON_BLAS_B = pytest.mark.skipif(not BLAS_B.is_dir(), reason="h200_run17 is not committed")
+HELD_OUT = "h200/heldout_padded"
 
 
 def test_a_call_machine_moves_every_forward_and_every_host_cost():
-    hw = make_config(["hardware=h200_run15_calibrated"]).hardware
+    hw = make_config(["hardware=h200"]).hardware
     moved = CallMachine(forward=1.05, host=2.0, wake_us=10.0).profile(hw)
     assert moved.gpu.spread.forward_scale == pytest.approx(1.05 * hw.gpu.spread.forward_scale)
     assert moved.host.schedule.fixed_us == pytest.approx(2.0 * hw.host.schedule.fixed_us)
@@ -26,29 +25,27 @@ def test_a_call_machine_moves_every_forward_and_every_host_cost():
     assert dataclasses.replace(moved, gpu=hw.gpu, host=hw.host) == hw  # nothing else
 
 
-@ON_BLAS_B
 def test_the_reference_runs_move_the_speedups_toward_the_recorded(tmp_path):
     """Measured at this commit (docs/validation.md): h200_run17/blas_b's four workloads within
     -0.5..+4.4 points anchored (three within 1), -6.3..+0.3 with the profile alone (one)."""
-    args = ("hardware=h200_run15_calibrated", "extra.bands=false")
-    out = validate_recorded(tmp_path / "a", "h200_run17/blas_b/**/trace_*.json.gz",
+    args = ("hardware=h200", "extra.bands=false")
+    out = validate_recorded(tmp_path / "a", f"{HELD_OUT}/**/trace_*.json.gz",
                             "extra.holdout=anchored", *args)  # fmt: skip
     held = [s for s in out["speedups"] if s["held_out"]]
     assert len(held) == 4  # the reference is the probe, not judged
     assert sum(abs(s["error_points"]) <= 1.0 for s in held) >= 3, held
     machine = next(r["call_machine"] for r in out["runs"])
     assert 1.0 < machine["forward"] < 1.08 and 1.3 < machine["host"] < 2.6, machine
-    plain = validate_recorded(tmp_path / "p", "h200_run17/blas_b/**/trace_*.json.gz",
+    plain = validate_recorded(tmp_path / "p", f"{HELD_OUT}/**/trace_*.json.gz",
                               "extra.holdout=profile", *args)  # fmt: skip
     assert sum(abs(s["error_points"]) <= 1.0 for s in plain["speedups"]) <= 2
 
 
-@ON_BLAS_B
 def test_a_call_without_its_reference_is_refused_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"no sync and async run named 'ref_8b_16x512\+256' "
                        r"\(extra.anchor\)"):  # fmt: skip
-        validate_recorded(tmp_path, "h200_run17/blas_b/8b_2x256+2048/trace_*.json.gz",
-                          "extra.holdout=anchored", "hardware=h200_run15_calibrated")  # fmt: skip
+        validate_recorded(tmp_path, f"{HELD_OUT}/8b_poisson_48/trace_*.json.gz",
+                          "extra.holdout=anchored", "hardware=h200")  # fmt: skip
     with pytest.raises(ConfigError, match=r"extra.anchor_host='spin'; allowed: none, factor, wake"):
-        validate_recorded(tmp_path, "h200_run17/blas_b/**/trace_*.json.gz",
+        validate_recorded(tmp_path, f"{HELD_OUT}/**/trace_*.json.gz",
                           "extra.holdout=anchored", "extra.anchor_host=spin")  # fmt: skip

@@ -5,7 +5,6 @@ even batches as the kernel table has them."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
@@ -55,17 +54,14 @@ def test_even_batches_and_launches_of_more_programs_are_as_the_table_has_them():
 
 
 def test_the_default_profile_carries_what_its_command_measures():
-    """conf/hardware/h200.yaml's decode_uneven_share is the diagnostic's measurement over the
-    recordings its comment names (h200_run21/22's Poisson runs; h200_run23 never seen)."""
-    sys.path.insert(0, str(REPO / "experiments" / "runtime"))
-    from diag_poisson_steps import uneven_terms
-
+    """conf/hardware/h200.yaml's decode_uneven_share is what measure_uneven_share gives over
+    the async Poisson runs of the sets the profile was fitted on."""
     from cbsim.calibration.recordings import load, recordings_root, resolve_traces
+    from cbsim.calibration.uneven import measure_uneven_share
 
-    root = recordings_root(str(REPO / "experiments" / "runtime"))
+    root = recordings_root(str(REPO / "experiments" / "recordings"))
     hw = compose("hardware=h200").hardware
-    paths = resolve_traces(["h200_run2[12]/*/*poisson*/trace_async.json.gz"], root)
-    terms = [uneven_terms(r, hw) for r in load(paths, root)]
-    measured = sum(t[0] for t in terms) / sum(t[1] for t in terms)
-    assert len(terms) == 12
-    assert hw.gpu.decode_uneven_share == pytest.approx(measured, abs=0.005)
+    paths = resolve_traces(["h200/fit_*/*poisson*/trace_async.json.gz"], root)
+    share, runs = measure_uneven_share(load(paths, root), hw)
+    assert runs == 7
+    assert hw.gpu.decode_uneven_share == pytest.approx(share, abs=0.005)

@@ -67,7 +67,7 @@ def test_a_recording_says_what_its_build_fused(tmp_path):
 def _kernel_costs(fused: bool) -> KernelCosts:
     cfg = CbsimConfig()
     cfg.mode.fuse_epilogues = fused
-    cfg.hardware.kernel_table = "experiments/kernels/h200"
+    cfg.hardware.kernel_table = "cbsim/kernel_tables/h200"
     return KernelCosts(cfg)
 
 

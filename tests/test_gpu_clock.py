@@ -35,7 +35,7 @@ def test_the_settled_ratio_falls_linearly_between_its_two_rates():
 )
 def test_a_clock_that_cannot_be_is_refused_by_key(override, key):
     with pytest.raises(ConfigError, match=key):
-        compose("hardware=h200_kernels_calibrated", override)
+        compose("hardware=h200", override)
 
 
 def _decode(cm: CostModel, n: int, ctx: int):
@@ -45,10 +45,10 @@ def _decode(cm: CostModel, n: int, ctx: int):
 
 
 def test_heavy_decode_runs_at_the_settled_clock_and_light_decode_at_boost():
-    on = CostModel(compose("model=llama3_8b", "hardware=h200_kernels_calibrated"))
+    on = CostModel(compose("model=llama3_8b", "hardware=h200"))
     off = CostModel(
         compose(
-            "model=llama3_8b", "hardware=h200_kernels_calibrated", "hardware.gpu.clock.min_ratio=1"
+            "model=llama3_8b", "hardware=h200", "hardware.gpu.clock.min_ratio=1"
         )
     )
     heavy, heavy_boost = _decode(on, 256, 256), _decode(off, 256, 256)
@@ -83,7 +83,7 @@ def test_the_simulated_prompt_stream_slows_towards_the_settled_clock():
     def prompt_steps(*overrides):
         cfg = compose(
             "model=llama3_8b",
-            "hardware=h200_kernels_calibrated",
+            "hardware=h200",
             "workload.batch_size=64",
             "workload.prompt_len=1024",
             "workload.gen_len=4",

@@ -67,13 +67,13 @@ def test_non_editable_install_runs_from_anywhere(installed, tmp_path):
 
 @pytest.mark.slow
 def test_validate_runs_from_a_plain_install_on_the_shipped_recordings(installed, tmp_path):
-    shipped = installed / "cbsim" / "recorded" / "h200_run8"
+    shipped = installed / "cbsim" / "recorded" / "h200" / "six_workloads"
     assert (shipped / "manifest.yaml").is_file()
     assert len(list(shipped.glob("*/trace_*.json.gz"))) == 12
     work = tmp_path / "empty"
     work.mkdir()
     # one workload of the default set (the whole default takes 40 s): each engine from the other
-    args = ["+experiment=validate", "trace=[h200_run8/small_batch/trace_*.json.gz]"]
+    args = ["+experiment=validate", "trace=[h200/six_workloads/small_batch/trace_*.json.gz]"]
     args += ["extra.jobs=1", "extra.progress=false", "hydra.run.dir=out"]
     result = subprocess.run(
         [sys.executable, "-m", "cbsim", *args],
@@ -84,12 +84,12 @@ def test_validate_runs_from_a_plain_install_on_the_shipped_recordings(installed,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert f"recordings: {shipped.parent} (the compact set shipped with cbsim" in result.stdout
+    assert f"recordings: {shipped.parents[1]} (the compact set shipped with cbsim" in result.stdout
     out = json.loads((work / "out" / "validation.json").read_text())
-    assert out["recordings"] == str(shipped.parent)
+    assert out["recordings"] == str(shipped.parents[1])
     assert [r["name"] for r in out["runs"]] == [
-        "h200_run8/small_batch/trace_async",
-        "h200_run8/small_batch/trace_sync",
+        "h200/six_workloads/small_batch/trace_async",
+        "h200/six_workloads/small_batch/trace_sync",
     ]
     assert (work / "out" / "validation.html").is_file()
 

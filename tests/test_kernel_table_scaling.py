@@ -13,7 +13,7 @@ from test_kernel_tables import table_rows
 
 from cbsim.costs.kernel_table import equivalent, load_table
 
-H200 = REPO / "experiments" / "kernels" / "h200"
+H200 = REPO / "cbsim" / "kernel_tables" / "h200"
 RATES = {"flops_per_us": 788e12 * 1e-6, "bytes_per_us": 4.27e12 * 1e-6}
 
 

@@ -17,7 +17,7 @@ from cbsim.costs import CostModel
 from cbsim.costs.kernel_table import format_table, load_table
 from cbsim.costs.kernels import KernelCosts
 
-H200 = REPO / "experiments" / "kernels" / "h200"
+H200 = REPO / "cbsim" / "kernel_tables" / "h200"
 SHAPE_8B = (32, 128, 8)  # query heads, head dim, kv heads
 
 
@@ -211,8 +211,8 @@ def test_the_kernels_profile_simulates_each_model_shape(model):
     from cbsim.sim import run
 
     small = ["workload.batch_size=8", "workload.prompt_len=64", "workload.gen_len=16"]
-    cfg = make_config(["hardware=h200_kernels", f"model={model}", *small])
-    assert cfg.hardware.kernel_table == "experiments/kernels/h200"
+    cfg = make_config(["hardware=h200", f"model={model}", *small])
+    assert cfg.hardware.kernel_table == "cbsim/kernel_tables/h200"
     sync, async_ = (compute_metrics(run(cfg, e)) for e in ("sync", "async"))
     assert 0 < async_["total_time_s"] <= sync["total_time_s"]
 

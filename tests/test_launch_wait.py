@@ -15,7 +15,7 @@ from cbsim.trace import Trace
 
 ONLINE = [
     "model=llama3_1b",
-    "hardware=h200_run15_spread",
+    "hardware=h200",
     "workload.batch_size=8",
     "workload.num_requests=16",
     "workload.prompt_len=256",

@@ -17,7 +17,7 @@ BASE = ("model=llama3_1b", "workload.batch_size=8", "workload.gen_len=24")
 
 
 def _run(engine: str, *extra: str):
-    cfg = compose(*BASE, f"engine={engine}", "hardware=h200_kernels_calibrated", *extra)
+    cfg = compose(*BASE, f"engine={engine}", "hardware=h200", *extra)
     return cfg, run(cfg, engine)
 
 
@@ -35,7 +35,7 @@ def test_the_first_step_waits_out_the_cold_start_and_nothing_else_moves(engine):
 
 
 def test_a_band_draws_the_cold_start_with_the_host_speed():
-    hw = compose(*BASE, "hardware=h200_kernels_calibrated").hardware
+    hw = compose(*BASE, "hardware=h200").hardware
     assert hw.host.loop_start_us > 0  # fitted on h200_run11 (calibration/loop_start.py)
     draws = drawn_profiles(hw)
     ratios = {round(d.host.loop_start_us / hw.host.loop_start_us, 9) for d in draws}

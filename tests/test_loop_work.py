@@ -12,8 +12,8 @@ from cbsim.calibration.recordings import load
 from cbsim.calibration.steps import LOOP_GAP_US, span_table, with_loop_work
 from cbsim.sim import run
 
-RUN9 = REPO / "experiments" / "runtime"
-SYNC = RUN9 / "h200_run9" / "1b" / "1b_poisson_128" / "trace_sync.json.gz"
+RECORDINGS = REPO / "experiments" / "recordings"
+SYNC = RECORDINGS / "h200" / "fit_padded" / "1b_poisson_96" / "trace_sync.json.gz"
 
 
 def host(names: list[str], starts: list[float], durs: list[float]) -> pd.DataFrame:
@@ -48,9 +48,8 @@ def test_short_gaps_go_to_the_phase_before_and_long_ones_or_sleeps_do_not():
     assert (h.dur - spans.dur).max() <= LOOP_GAP_US
 
 
-@pytest.mark.skipif(not SYNC.exists(), reason="needs the committed h200_run9 recordings")
 def test_a_recorded_run_keeps_its_phases_apart_and_gains_the_loop_time():
-    rec = load([SYNC], RUN9)[0]
+    rec = load([SYNC], RECORDINGS)[0]
     raw, sp = rec.trace.spans, rec.spans
     raw_host = raw[raw.lane == "host"].sort_values("ts")
     fitted = sp[sp.lane == "host"].sort_values("ts")

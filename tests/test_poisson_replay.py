@@ -17,9 +17,9 @@ from cbsim.config.store import load_config
 from cbsim.sim import run
 from cbsim.trace import write_trace
 
-RUN9 = REPO / "experiments" / "runtime"
-# the online run with the most mixed steps (180 a run), both engines
-POISSON = sorted(RUN9.glob("h200_run9/1b/1b_poisson_128/trace_*.json.gz"))
+RECORDINGS = REPO / "experiments" / "recordings"
+# a recorded online run with many mixed steps, both engines
+POISSON = sorted(RECORDINGS.glob("h200/fit_padded/1b_poisson_96/trace_*.json.gz"))
 # a small online workload that queues, chunks and mixes prompts with decode rows
 ONLINE = [
     "model=tiny",
@@ -66,8 +66,7 @@ def test_a_wrong_clock_stops_the_replay(tmp_path):
     assert 0 < len(rec.batches) < len(set(rec.forward.step))
 
 
-@pytest.mark.skipif(not POISSON, reason="needs the committed h200_run9 recordings")
 @pytest.mark.parametrize("path", POISSON, ids=lambda p: "/".join(Path(p).parts[-2:]))
 def test_recorded_poisson_runs_replay_every_step(path):
-    rec = load([path], RUN9)[0]
+    rec = load([path], RECORDINGS)[0]
     assert set(rec.batches) == set(rec.forward.step)

@@ -56,7 +56,7 @@ def _as_dict(config):
 
 
 def test_two_recorded_traces_without_config_are_compared_with_names_and_units(tmp_path, capsys):
-    rec = REPO / "experiments" / "runtime" / "h200_run8" / "small_batch"
+    rec = REPO / "cbsim" / "recorded" / "h200" / "six_workloads" / "small_batch"
     out = tmp_path / "h200.html"
     paths = [str(rec / "trace_sync.json.gz"), str(rec / "trace_async.json.gz")]
     assert main([*paths, "-o", str(out)]) == 0

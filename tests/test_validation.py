@@ -62,7 +62,7 @@ TRUTH = {
     "hardware.host.loop_start_us": 900.0,
 }
 RUNS = [(4, "sync"), (16, "sync"), (64, "sync"), (8, "async"), (32, "async"), (48, "async")]
-# continuous batching (as h200_run7/continuous): eager steps of many kernel counts (prompt
+# continuous batching (as the recorded six_workloads/continuous): eager steps of many kernel counts (prompt
 # chunks from position 0, after a cached prefix, beside decode rows) and token counts, which
 # is what tells the per-kernel gap from the fixed cost and the FLOP rates
 CONTINUOUS = [
@@ -74,7 +74,6 @@ CONTINUOUS = [
     "workload.max_batch_tokens=512",
 ]
 RUNS += [(12, "sync", CONTINUOUS), (12, "async", CONTINUOUS)]
-RECORDED = sorted((REPO / "experiments" / "runtime").glob("**/trace_*.json.gz"))
 
 
 def _get(hw, key: str) -> float:
@@ -101,7 +100,7 @@ def make_recording(
     ]
     cfg = compose_cfg(overrides)
     trace = run(load_config(cfg), engine)
-    if overrides_only:  # as experiments/runtime/record.py writes them
+    if overrides_only:  # as a recording made from command-line overrides holds them
         trace.other_data["config_overrides"] = overrides
     else:
         trace.other_data["config"] = OmegaConf.to_container(cfg, resolve=True)
@@ -212,7 +211,7 @@ def test_relative_trace_paths_resolve_against_the_recordings_directory(monkeypat
     assert found == [REPO / "tests" / "data" / "kineto_cpu.json.gz"]
     # from a directory without recordings (a plain pip install): one line saying where
     with pytest.raises(ConfigError, match="recordings directory .* does not exist") as err:
-        resolve_traces(["h200_run8/*/trace_*.json.gz"], tmp_path / "experiments" / "runtime")
+        resolve_traces(["h200/six_workloads/*/trace_*.json.gz"], tmp_path / "experiments" / "recordings")
     assert "extra.recordings" in str(err.value) and "\n" not in str(err.value)
 
 
@@ -229,15 +228,11 @@ def test_least_squares_helpers():
     assert fit.values["a"] == pytest.approx(3) and fit.values["b"] == pytest.approx(0.0, abs=1e-9)
 
 
-SESSION = REPO / "experiments" / "runtime" / "h200_run8"
+SESSION = REPO / "cbsim" / "recorded" / "h200" / "six_workloads"
 # held out of the calibration: a batch size and lengths the fitted runs do not have (both engines)
 HELD_WORKLOADS = ("small_batch", "batch_16_2048")
 
 
-@pytest.mark.skipif(
-    not (SESSION / "seed_1024").is_dir(),
-    reason="the H200 recording session h200_run8 is not committed under experiments/runtime/",
-)
 def test_validation_on_committed_recordings(tmp_path):
     """The H200 recordings of the current runtime (one session): fitted on the seed, long-prompt,
     batch-64 and continuous runs, the small-batch and batch-16 runs (other batch sizes and
@@ -251,6 +246,7 @@ def test_validation_on_committed_recordings(tmp_path):
         compose_cfg(
             [
                 "+experiment=validate",
+                UNFITTED,
                 f"trace=[{','.join(map(str, held))}]",
                 "extra.holdout=fit_on",
                 f"extra.fit_on=[{','.join(map(str, fit_on))}]",
@@ -317,8 +313,9 @@ def test_steady_metrics_leave_the_first_step_out(recordings):
     assert 0 < m["steady_time_s"] < m["total_time_s"]
     assert 0 <= m["steady_gpu_idle_fraction"] <= 1
     # which recordings are judged after their first step is a fact of the recording: its manifest
-    first = REPO / "experiments" / "runtime" / "h200_run1" / "seed_1024" / "trace_sync.json.gz"
-    assert manifest_of(first, REPO / "experiments" / "runtime").quirks.cold_first_step
+    assert not manifest_of(rec.path, rec.path.parent).quirks.cold_first_step
+    (rec.path.parent / "manifest.yaml").write_text("quirks: {cold_first_step: true}\n")
+    assert manifest_of(rec.path, rec.path.parent).quirks.cold_first_step
 
 
 def test_engine_holdout_predicts_each_engine_from_the_other(recordings, tmp_path):

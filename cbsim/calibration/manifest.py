@@ -33,7 +33,7 @@ class Quirks:
 
 @dataclass(frozen=True)
 class Manifest:
-    """One recording directory's facts (experiments/runtime/<session>/manifest.yaml)."""
+    """One recording directory's facts (experiments/recordings/<gpu>/<set>/manifest.yaml)."""
 
     session: str
     # runs of one stack (one runtime version on one device host) may be fitted together
@@ -43,6 +43,8 @@ class Manifest:
     recorded: str = ""
     commit: str = ""
     command: str = ""
+    # the GPU and host the set was recorded on, as the device reported them
+    gpu: str = ""
     hardware: str = ""
     software: str = ""
     model: str = ""
@@ -53,6 +55,9 @@ class Manifest:
     # say it themselves (otherData.fused); a build without the option did not
     fused_epilogues: bool = False
     notes: str = ""
+    # what the docs say of the set, each checked against its traces by tests/test_recorded_claims.py:
+    # {run: <case folder>, metric: <metrics key or speedup>, engine: sync|async, value, within}
+    claims: tuple[dict[str, Any], ...] = ()
 
 
 FIELDS = {f.name for f in dataclasses.fields(Manifest)}
@@ -82,6 +87,7 @@ def manifest_of(trace_path: Path, root: Path | None) -> Manifest:
     data.setdefault("stack", name)
     data.setdefault("call", name)
     data["workloads"] = tuple(data.get("workloads") or ())
+    data["claims"] = tuple(data.get("claims") or ())
     return Manifest(**data, quirks=Quirks(**quirks))
 
 
@@ -125,7 +131,10 @@ def _read_cached(path: Path, mtime: float) -> dict[str, Any] | None:
         raise ConfigError(
             f"{path}: fused_epilogues={raw['fused_epilogues']!r}; allowed: true or false"
         )
-    kept = ("workloads", "quirks", "fused_epilogues")
+    claims = raw.get("claims") or []
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise ConfigError(f"{path}: claims is a list of mappings (run, metric, value, within)")
+    kept = ("workloads", "quirks", "fused_epilogues", "claims")
     return {k: (str(v) if k not in kept else v) for k, v in raw.items()}
 
 

@@ -31,14 +31,14 @@ from cbsim.trace import schema as S
 from cbsim.trace.merge import is_merged
 
 # where recorded runs live unless extra.recordings says otherwise (relative to the working
-# directory): a checkout's experiments/runtime/
-DEFAULT_RECORDINGS = "experiments/runtime"
+# directory): a checkout's experiments/recordings/, one folder per GPU, one per set below it
+DEFAULT_RECORDINGS = "experiments/recordings"
 # a trace's timestamps are microseconds with three decimals (trace/builder.py rounds them)
 TRACE_RESOLUTION_US = 1e-3
 
 
-# the compact recorded set shipped as package data (cbsim/recorded/: h200_run8, the runs the
-# default validation and calibration read, with its manifest), for an install without a checkout
+# the compact recorded set shipped as package data (cbsim/recorded/h200/six_workloads, with its
+# manifest), laid out as experiments/recordings is, for an install without a checkout
 PACKAGED_RECORDINGS = Path(str(files("cbsim") / "recorded"))
 
 
@@ -59,7 +59,7 @@ def describe_root(root: Path) -> str:
     if root == PACKAGED_RECORDINGS:
         return (
             f"recordings: {root} (the compact set shipped with cbsim, "
-            f"{', '.join(sorted(d.name for d in root.iterdir() if d.is_dir()))}; no "
+            f"{', '.join(sorted(str(d.relative_to(root)) for d in root.glob('*/*') if d.is_dir()))}; no "
             f"{DEFAULT_RECORDINGS} in {Path.cwd()}: a checkout's holds every recording, "
             "extra.recordings=DIR names another)"
         )
@@ -141,7 +141,7 @@ class Recorded:
 
     @property
     def session(self) -> str:
-        """The recording session (experiments/runtime/<session>/...)."""
+        """The recorded set (experiments/recordings/<gpu>/<set>/...)."""
         return self.manifest.session
 
     @property

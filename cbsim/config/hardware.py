@@ -19,6 +19,7 @@ from cbsim.config.model_error import ModelError as ModelError
 from cbsim.config.phase_cost import PhaseCost as PhaseCost
 
 KERNEL_COUNTS_OF = ("unfused", "fused", "engine")
+PROFILE_TIERS = ("profiled", "fitted", "datasheet", "estimate")
 
 REPO = Path(__file__).resolve().parents[2]
 # HostCosts' own times (microseconds) beside its phases: what a host-speed factor scales
@@ -359,8 +360,15 @@ class HardwareConfig:
     kernel_table: str | None = None
     # where these numbers came from, for the report
     source: str = "datasheet and measurements on the H200 here (BRIEF)"
+    # the GPU the profile describes, matched case-insensitively as a part of torch's device name
+    # ("H200" matches "NVIDIA H200"); empty: any
+    device_name: str = ""
+    # how the numbers were had: profiled (one command on that GPU), fitted (calibrated on its
+    # recordings), datasheet (scaled from a profiled GPU), estimate (first guesses)
+    tier: str = "estimate"
 
     def __post_init__(self) -> None:
+        check_choice("hardware.tier", self.tier, PROFILE_TIERS)
         for key in (
             "peak_flops",
             "hbm_bandwidth",
