@@ -129,3 +129,35 @@ def test_every_package_folder_is_listed_and_no_links():
         if p.is_symlink() and not any(part.startswith(".venv") for part in p.parts)
     ]
     assert links == []
+
+
+@pytest.mark.slow
+def test_the_readme_first_command_passes_from_the_checkout_root(tmp_path):
+    """The README's install-and-run line exactly as written, in a fresh copy of the checkout (its
+    tracked files), from its root: the checkout's ./cbsim must not shadow the installed
+    cbsim.conf."""
+    from test_readme import block_after
+
+    command = block_after("## Install and run").strip()
+    assert command.startswith("python3 -m venv .venv") and "pip install ." in command
+    root = tmp_path / "checkout"
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        src, dst = REPO / name.decode(), root / name.decode()
+        if src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(src.read_bytes())
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run(
+        ["bash", "-c", command + " hydra.run.dir=out"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert "async speedup" in result.stdout
+    assert (root / "out" / "report.html").is_file()

@@ -138,7 +138,8 @@ def test_the_metadata_block_repeats_the_plain_otherdata_values(tmp_path):
     path = write_trace(read_trace(RECORDED), tmp_path / "t.json")
     obj = json.loads(path.read_text())
     assert obj["metadata"]["source"] == "runtime" and obj["metadata"]["schema"] == S.SCHEMA_NAME
-    assert "config" in obj["otherData"] and "config" not in obj["metadata"]
+    assert "config_overrides" in obj["otherData"]
+    assert not {"config", "config_overrides"} & set(obj["metadata"])
 
 
 # ---- property tests: random damage to a real (recorded) trace --------------------------------

@@ -147,7 +147,8 @@ def test_validate_cli_leave_one_out(recordings, tmp_path):
     out = tmp_path / "val"
     pattern = str(recordings[0].parent / "trace_*.json.gz")
     res = run_cli(
-        ["+experiment=validate", f"trace=[{pattern}]", f"hydra.run.dir={out}"], cwd=tmp_path
+        ["+experiment=validate", UNFITTED, "extra.holdout=workload", f"trace=[{pattern}]", f"hydra.run.dir={out}"],
+        cwd=tmp_path,
     )
     assert res.returncode == 0, res.stderr
     data = json.loads((out / "validation.json").read_text())
@@ -328,6 +329,7 @@ def test_engine_holdout_predicts_each_engine_from_the_other(recordings, tmp_path
                 "+experiment=validate",
                 f"trace=[{paths}]",
                 "extra.holdout=engine",
+                UNFITTED,
                 "extra.report=false",
                 "output.print_table=false",
             ]

@@ -80,6 +80,8 @@ def _validate(stack: Path, tmp_path: Path, *overrides: str, traces: str = "**") 
         compose_cfg(
             [
                 "+experiment=validate",
+                UNFITTED,
+                "extra.holdout=workload",
                 f"extra.recordings={stack}",
                 f"trace=[synthetic_run/{traces}/trace_*.json.gz]",
                 "extra.report=false",
