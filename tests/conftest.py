@@ -62,9 +62,9 @@ def shipped_async_runs(out_dir: Path, cases: dict[str, tuple[str, ...]], *overri
     trace = ",".join(
         f"{part}/{case}/trace_async.json.gz" for part, names in cases.items() for case in names
     )
-    runs = validate_recorded(
-        out_dir, trace, "hardware=h200", "extra.holdout=profile", *overrides
-    )["runs"]
+    runs = validate_recorded(out_dir, trace, "hardware=h200", "extra.holdout=profile", *overrides)[
+        "runs"
+    ]
     assert len(runs) == sum(len(names) for names in cases.values())
     return runs
 

@@ -46,11 +46,7 @@ def _decode(cm: CostModel, n: int, ctx: int):
 
 def test_heavy_decode_runs_at_the_settled_clock_and_light_decode_at_boost():
     on = CostModel(compose("model=llama3_8b", "hardware=h200"))
-    off = CostModel(
-        compose(
-            "model=llama3_8b", "hardware=h200", "hardware.gpu.clock.min_ratio=1"
-        )
-    )
+    off = CostModel(compose("model=llama3_8b", "hardware=h200", "hardware.gpu.clock.min_ratio=1"))
     heavy, heavy_boost = _decode(on, 256, 256), _decode(off, 256, 256)
     # the profile's floor: the batch-256 8B decode measured at 0.89 of boost (h200_clock)
     assert heavy.clock_ratio == pytest.approx(0.89)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
 from conftest import REPO, make_config
 
 from cbsim.calibration.recordings import load

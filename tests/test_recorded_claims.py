@@ -27,7 +27,9 @@ def metrics(path: Path) -> dict:
 def claimed(claim: dict, folder: Path) -> float:
     run = folder / claim["run"]
     if claim["metric"] == "speedup":
-        sync, asyn = (metrics(run / f"trace_{e}.json.gz")["total_time_s"] for e in ("sync", "async"))
+        sync, asyn = (
+            metrics(run / f"trace_{e}.json.gz")["total_time_s"] for e in ("sync", "async")
+        )
         return sync / asyn
     return float(metrics(run / f"trace_{claim['engine']}.json.gz")[claim["metric"]])
 

@@ -18,7 +18,9 @@ from cbsim.trace import schema as S
 from cbsim.trace.checks import MAX_DEPTH
 
 REPO = Path(__file__).resolve().parents[1]
-RECORDED = REPO / "cbsim" / "recorded" / "h200" / "six_workloads" / "small_batch" / "trace_sync.json.gz"
+RECORDED = (
+    REPO / "cbsim" / "recorded" / "h200" / "six_workloads" / "small_batch" / "trace_sync.json.gz"
+)
 
 
 def small_obj() -> dict:

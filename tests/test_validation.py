@@ -91,13 +91,17 @@ def make_recording(
     gen_len: int = 32,
     overrides_only: bool = False,
 ) -> Path:
-    overrides = [UNFITTED] + [f"{k}={v}" for k, v in TRUTH.items()] + [
-        f"engine={engine}",
-        f"workload.batch_size={batch}",
-        "workload.prompt_len=256",
-        f"workload.gen_len={gen_len}",
-        *extra,
-    ]
+    overrides = (
+        [UNFITTED]
+        + [f"{k}={v}" for k, v in TRUTH.items()]
+        + [
+            f"engine={engine}",
+            f"workload.batch_size={batch}",
+            "workload.prompt_len=256",
+            f"workload.gen_len={gen_len}",
+            *extra,
+        ]
+    )
     cfg = compose_cfg(overrides)
     trace = run(load_config(cfg), engine)
     if overrides_only:  # as a recording made from command-line overrides holds them
@@ -147,7 +151,13 @@ def test_validate_cli_leave_one_out(recordings, tmp_path):
     out = tmp_path / "val"
     pattern = str(recordings[0].parent / "trace_*.json.gz")
     res = run_cli(
-        ["+experiment=validate", UNFITTED, "extra.holdout=workload", f"trace=[{pattern}]", f"hydra.run.dir={out}"],
+        [
+            "+experiment=validate",
+            UNFITTED,
+            "extra.holdout=workload",
+            f"trace=[{pattern}]",
+            f"hydra.run.dir={out}",
+        ],
         cwd=tmp_path,
     )
     assert res.returncode == 0, res.stderr
@@ -212,7 +222,9 @@ def test_relative_trace_paths_resolve_against_the_recordings_directory(monkeypat
     assert found == [REPO / "tests" / "data" / "kineto_cpu.json.gz"]
     # from a directory without recordings (a plain pip install): one line saying where
     with pytest.raises(ConfigError, match="recordings directory .* does not exist") as err:
-        resolve_traces(["h200/six_workloads/*/trace_*.json.gz"], tmp_path / "experiments" / "recordings")
+        resolve_traces(
+            ["h200/six_workloads/*/trace_*.json.gz"], tmp_path / "experiments" / "recordings"
+        )
     assert "extra.recordings" in str(err.value) and "\n" not in str(err.value)
 
 

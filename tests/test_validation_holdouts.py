@@ -42,13 +42,17 @@ SHAPES_TRUTH = {**TRUTH, "hardware.gpu.gemm_row_us": 1.0}
 
 def _record(folder: Path, model: str, batch: int, engine: str, host_factor: float) -> Path:
     truth = {k: v * host_factor if k in HOST_KEYS else v for k, v in SHAPES_TRUTH.items()}
-    overrides = [UNFITTED] + [f"{k}={v}" for k, v in truth.items()] + [
-        f"model={model}",
-        f"engine={engine}",
-        f"workload.batch_size={batch}",
-        f"workload.prompt_len={BATCHES[batch]}",
-        "workload.gen_len=32",
-    ]
+    overrides = (
+        [UNFITTED]
+        + [f"{k}={v}" for k, v in truth.items()]
+        + [
+            f"model={model}",
+            f"engine={engine}",
+            f"workload.batch_size={batch}",
+            f"workload.prompt_len={BATCHES[batch]}",
+            "workload.gen_len=32",
+        ]
+    )
     cfg = compose_cfg(overrides)
     trace = run(load_config(cfg), engine)
     trace.other_data["config"] = OmegaConf.to_container(cfg, resolve=True)
