@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from conftest import compose_cfg, make_config, run_cli
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -123,14 +127,26 @@ def test_cfg_job_shows_composed_config(tmp_path):
     assert "batch_size: 8" in result.stdout and "name: sync" in result.stdout
 
 
-def test_help_lists_groups(tmp_path):
-    result = run_cli(["--help"], cwd=tmp_path)
-    assert result.returncode == 0
-    for group in ("mode", "model", "hardware", "engine", "workload"):
-        assert group in result.stdout
+def test_help_fits_a_screen_lists_groups_and_points_to_cfg_job(tmp_path):
+    (tmp_path / "profiles" / "hardware").mkdir(parents=True)
+    (tmp_path / "profiles" / "hardware" / "my_gpu.yaml").write_text("defaults:\n  - h200\n")
+    env = {**os.environ, "CBSIM_CONFIG_DIR": str(tmp_path / "profiles")}
+    result = subprocess.run(
+        [sys.executable, "-m", "cbsim", "--help", "workload.batch_size=8"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.strip().splitlines()) <= 45, result.stdout
+    assert "--cfg job" in result.stdout and "cbsim.report" in result.stdout
     groups = result.stdout.split("== Config groups ==")[1].split("== Config ==")[0]
     assert "engine: async, compare, sync" in groups and "+experiment: " in groups
     assert "_schema" not in groups, "only options a user can choose"
+    assert "my_gpu" in groups, "hardware profiles are listed as Hydra finds them"
+    assert "workload.batch_size=8" in groups, "the keys show this command line's values"
 
 
 def test_compose_keeps_overrides():

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from importlib import resources
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cbsim.config.errors import ConfigError
+from cbsim.config.help import help_groups
 from cbsim.config.ranges import check_numbers
 from cbsim.config.schema import (
     CbsimConfig,
@@ -20,8 +20,6 @@ from cbsim.config.schema import (
     WorkloadConfig,
 )
 
-# the groups --help lists (hydra/launcher is listed in the help's footer)
-HELP_GROUPS = ("mode", "model", "hardware", "engine", "workload", "experiment")
 # Each group's YAML files name "<group>_schema" first in their defaults list.
 GROUP_SCHEMAS = {
     "mode": ModeConfig,
@@ -32,23 +30,9 @@ GROUP_SCHEMAS = {
 }
 
 
-def choosable_groups() -> str:
-    """The help's list of groups and their options, as files under cbsim.conf (the schemas
-    registered beside them are no option a user picks)."""
-    root = resources.files("cbsim.conf")
-    lines = []
-    for group in sorted(p.name for p in root.iterdir() if p.is_dir() and p.name in HELP_GROUPS):
-        options = sorted(
-            f.name[:-5] for f in root.joinpath(group).iterdir() if f.name.endswith(".yaml")
-        )
-        prefix = "+" if group == "experiment" else ""
-        lines.append(f"{prefix}{group}: {', '.join(options)}")
-    return "\n".join(lines)
-
-
 def register_configs() -> None:
-    if not OmegaConf.has_resolver("cbsim_groups"):
-        OmegaConf.register_new_resolver("cbsim_groups", choosable_groups)
+    if not OmegaConf.has_resolver("cbsim_help_groups"):
+        OmegaConf.register_new_resolver("cbsim_help_groups", help_groups)
     cs = ConfigStore.instance()
     cs.store(name="cbsim_schema", node=CbsimConfig)
     for group, node in GROUP_SCHEMAS.items():
