@@ -141,8 +141,10 @@ def test_cli_writes_a_trace(tmp_path, capsys):
     assert report_main([str(tmp_path / "e.json"), "-o", str(tmp_path / "e.html")]) == 0
     html = (tmp_path / "e.html").read_text()
     assert "cbsim-plot" in html and "e.json · kineto trace" in html
-    assert main([str(tmp_path / "missing.json"), str(out)]) == 1
-    assert "no such Kineto trace file" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing.json"), str(out)]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err
+    assert main(["--help"]) == 0
+    assert "STEP_REGEX" in capsys.readouterr().out
 
 
 def _write(tmp_path: Path, obj, name="bad.json") -> Path:

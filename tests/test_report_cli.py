@@ -49,6 +49,39 @@ def test_bad_input_is_a_message_and_exit_2(tmp_path, capsys):
     assert main([str(raw), "-o"]) == 2
 
 
+def test_a_bad_output_or_a_second_one_is_refused_before_any_work(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    b = TraceBuilder("kineto")
+    b.span(S.COMPUTE, S.FORWARD, 0.0, 100.0, step=0)
+    write_trace(b.build(), trace)
+    for argv, says in (
+        ([str(trace), "-o", str(tmp_path)], "is a directory"),
+        ([str(trace), "-o", str(trace / "r.html")], "is a file, not a directory"),
+        ([str(trace), "-o", str(tmp_path / "a.html"), "-o", str(tmp_path / "b.html")], "twice"),
+        ([str(tmp_path / "missing.json")], "no such file"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+    assert not list(tmp_path.glob("*.html"))
+    assert main(["--help"]) == 0
+    assert "--output" in capsys.readouterr().out
+
+
+def test_every_command_line_tool_has_help_that_exits_0(capsys):
+    from cbsim.sweep.__main__ import main as sweep_main
+    from cbsim.sweep.grid import main as grid_main
+    from cbsim.trace.kineto import main as kineto_main
+
+    tools = {"report": main, "trace.kineto": kineto_main, "sweep": sweep_main}
+    for name, tool in {**tools, "sweep.grid": grid_main}.items():
+        assert tool(["--help"]) == 0
+        assert capsys.readouterr().out.startswith(f"usage: python -m cbsim.{name}")
+        assert tool([]) == 2
+        err = capsys.readouterr().err
+        assert "required" in err and len(err.strip().splitlines()) == 1, err
+
+
 def _as_dict(config):
     from dataclasses import asdict
 

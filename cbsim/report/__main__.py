@@ -4,4 +4,4 @@ import sys
 
 from cbsim.report.trace_report import main
 
-sys.exit(main(sys.argv[1:]))
+sys.exit(main())

@@ -4,9 +4,10 @@ otherData it is the full run report; without one the metrics keep their names an
 the traces recorded (device, versions, overrides) stands in for the config.
 
     python -m cbsim.report TRACE [TRACE ...] [-o report.html] [--shared-js]
+    python -m cbsim.report outputs/DATE/TIME/trace_async.json.gz -o async.html
+    python -m cbsim.trace.kineto profile.json k.json.gz && python -m cbsim.report k.json.gz
 
---shared-js: the page references a plotly.min.js written once beside it instead of inlining it
-(several reports in one directory share it).
+--shared-js: several reports in one directory share one plotly.min.js.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.cli import Once, Parser, existing_file, writable_file
 from cbsim.config.store import load_config
 from cbsim.metrics import compute_metrics, format_table
 from cbsim.report.run_report import write_run_report
@@ -72,22 +74,33 @@ def report_traces(
     return {k: m for k, (_, m) in runs.items()}
 
 
-def main(argv: list[str]) -> int:
-    out = Path("report.html")
-    shared = "--shared-js" in argv
-    argv = [a for a in argv if a != "--shared-js"]
-    if "-o" in argv:
-        i = argv.index("-o")
-        if i + 1 >= len(argv):
-            print("cbsim.report: -o needs a file name", file=sys.stderr)
-            return 2
-        out = Path(argv[i + 1])
-        argv = argv[:i] + argv[i + 2 :]
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip().split("\n\n")[1].strip())
-        return 0 if argv else 2
+def parser() -> Parser:
+    p = Parser("python -m cbsim.report", __doc__)
+    p.add_argument("traces", nargs="+", type=existing_file, metavar="TRACE", help="trace files")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=writable_file,
+        default=Path("report.html"),
+        action=Once,
+        metavar="FILE",
+        help="the report to write (default report.html)",
+    )
+    p.add_argument(
+        "--shared-js",
+        action="store_true",
+        help="reference a plotly.min.js beside the report instead of inlining it",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse(argv)
+    if isinstance(args, int):
+        return args
+    out = args.output
     try:
-        metrics = report_traces([Path(a) for a in argv], out, shared)
+        metrics = report_traces(args.traces, out, args.shared_js)
     except TraceError as exc:
         print(f"cbsim.report: {exc}", file=sys.stderr)  # one line: the file and why
         return 2

@@ -6,16 +6,16 @@ callback runs), or to redraw with another threshold.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from cbsim.config.cli import Parser
 from cbsim.sweep.outputs import write_summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cbsim.sweep", description=__doc__)
-    parser.add_argument("sweep_dir", type=Path)
+    parser = Parser("python -m cbsim.sweep", __doc__)
+    parser.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR", help="a multirun directory")
     parser.add_argument(
         "--min-speedup",
         type=float,
@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the speedup above which async counts as paying (default 1.05)",
     )
     parser.add_argument("--no-html", action="store_true", help="only the CSV files")
-    args = parser.parse_args(argv)
+    args = parser.parse(argv)
+    if isinstance(args, int):
+        return args
     if not args.sweep_dir.is_dir():
         print(f"cbsim.sweep: {args.sweep_dir}: no such directory", file=sys.stderr)
         return 2

@@ -14,7 +14,6 @@ bad value anywhere ends the command with one line and exit 2 before anything is 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -30,6 +29,7 @@ from tqdm import tqdm
 
 from cbsim.bands import predict_bands
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.cli import Parser, positive_int
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.schema import RUN_EXTRA_KEYS
 from cbsim.config.store import load_config, register_configs
@@ -140,12 +140,18 @@ def _results(chunks: list[list[CbsimConfig]], jobs: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cbsim.sweep.grid", description=__doc__)
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("overrides", nargs="+", help="Hydra overrides, sweeps as a,b,c")
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes (joblib)")
+    parser = Parser("python -m cbsim.sweep.grid", __doc__)
+    parser.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="where the CSVs and page go")
+    parser.add_argument(
+        "overrides", nargs="+", metavar="OVERRIDE", help="Hydra overrides, sweeps as a,b,c"
+    )
+    parser.add_argument("--jobs", type=positive_int, default=1, help="worker processes (joblib)")
     parser.add_argument("--no-html", action="store_true", help="only the CSV files")
-    args = parser.parse_args(argv)
+    args = parser.parse(argv)
+    if isinstance(args, int):
+        return args
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.error(f"{args.out_dir} is a file; OUT_DIR is a directory")
     register_configs()
     try:
         result = run_grid(args.out_dir, args.overrides, args.jobs, not args.no_html)

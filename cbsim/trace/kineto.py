@@ -37,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from cbsim.config.cli import Parser, existing_file, writable_file
 from cbsim.trace import schema as S
 from cbsim.trace.builder import TraceBuilder
 from cbsim.trace.checks import check_timed, validate
@@ -231,20 +232,30 @@ def _no_overlap(trace: Trace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m cbsim.trace.kineto IN OUT [STEP_REGEX]"""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) not in (2, 3) or argv[0] in ("-h", "--help"):
-        print(
-            "usage: python -m cbsim.trace.kineto IN.json[.gz] OUT.json[.gz] [STEP_REGEX]\n"
-            "  then: python -m cbsim.report OUT.json[.gz] -o report.html",
-            file=sys.stderr,
-        )
-        return 2
+    p = Parser(
+        "python -m cbsim.trace.kineto",
+        "A torch.profiler (Kineto) trace as a cbsim trace: GPU lanes by CUDA stream, one\n"
+        "span per forward, the busiest host thread as the host lane.\n\n"
+        "    python -m cbsim.trace.kineto profile.json.gz k.json.gz\n"
+        "    python -m cbsim.report k.json.gz -o report.html",
+    )
+    p.add_argument("input", type=existing_file, metavar="IN", help="the Kineto trace (.json[.gz])")
+    p.add_argument("output", type=writable_file, metavar="OUT", help="the cbsim trace to write")
+    p.add_argument(
+        "step_marker",
+        nargs="?",
+        metavar="STEP_REGEX",
+        help="the host ranges that mark a forward (default: forward, forward#N, graph_replay)",
+    )
+    args = p.parse(argv)
+    if isinstance(args, int):
+        return args
     try:
-        trace = import_kineto(argv[0], *argv[2:])
+        trace = import_kineto(args.input, *([args.step_marker] if args.step_marker else []))
     except TraceError as exc:
         print(f"cbsim: {exc}", file=sys.stderr)
         return 1
-    path = write_trace(trace, argv[1])
+    path = write_trace(trace, args.output)
     k = trace.other_data["kineto"]
     print(f"{path}: {k['steps']} steps, streams {k['streams']}")
     print(f"report: python -m cbsim.report {path} -o report.html")
