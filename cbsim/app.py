@@ -27,6 +27,7 @@ from cbsim.metrics import (
     compute_metrics,
     format_table,
     metrics_from,
+    why_line,
 )
 from cbsim.rundir import (
     JOB_CONFIG_FILE,
@@ -159,6 +160,9 @@ def print_table(runs: dict[str, tuple[Trace | None, dict[str, Any]]], metrics: d
         from cbsim.bands import format_bands
 
         print(format_bands(metrics["bands"]))
+    why = why_line({e: m for e, (_, m) in runs.items()})
+    if why:
+        print(why)
 
 
 def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 from conftest import make_config
 from synthetic_trace import loop_trace
 
-from cbsim.metrics import compute_metrics
+from cbsim.metrics import compute_metrics, why_line
 from cbsim.report import write_run_report
 from cbsim.report.charts import binned_steps
 from cbsim.report.frames import busy_before, idle_gaps, run_frames, union_intervals
@@ -248,3 +248,26 @@ def test_detail_windows_of_a_long_run_are_in_seconds():
     fig = detail_figure(long)
     assert fig.layout.xaxis.title.text == "s"
     assert fig.layout.xaxis2.range[1] < long[0].total_ms / 1e3  # the steady window, in s
+
+
+@pytest.mark.parametrize("source", ["sim", "runtime"])
+def test_the_why_weighs_host_work_per_step_against_the_forward(source):
+    b = TraceBuilder(source, {"engine": "sync"})
+    t = 0.0
+    for step in range(4):  # 0.49 ms of host work, a wait, then a 1.28 ms forward, each step
+        for name, dur in ((S.SCHEDULE, 60.0), (S.PREPARE, 100.0), (S.LAUNCH, 250.0)):
+            b.span(S.HOST, name, t, dur, step=step)
+            t += dur
+        b.span(S.COMPUTE, S.FORWARD, t, 1280.0, step=step, new_tokens=4)
+        b.span(S.HOST, S.WAIT, t, 1280.0, step=step)
+        t += 1280.0
+        b.span(S.HOST, S.UPDATE, t, 80.0, step=step)
+        t += 80.0
+    m = compute_metrics(b.build())
+    assert m["host_work_ms_per_step"] == pytest.approx(0.49)
+    assert m["gpu_ms_per_step"] == pytest.approx(1.28)
+    assert m["hideable_fraction"] == pytest.approx(0.49 / 1.77)
+    assert why_line({"sync": m, "async": m}) == (
+        "Why: in sync, the host works 0.49 ms a step (launch, prepare, update, schedule) "
+        "against a 1.28 ms forward; at most 28% of a step is there to hide."
+    )

@@ -10,6 +10,8 @@ Definitions (docs/trace-format.md, "Metrics", says the same in prose):
 - CPU blocked fraction: host time in ``wait`` spans (blocked on the GPU) over the total time.
 - step: one forward pass; step time: the interval between consecutive forward ends (the first
   step from the start of the run), so it includes any CPU time the GPU was left waiting for.
+- host work per step: the host lane's spans but ``wait`` over the steps, against the forwards'
+  time per step, and the most of a sync step async could hide (why.py).
 - serving metrics (TTFT, TPOT, ITL, E2EL, throughputs, goodput, offered load): serving.py;
   host stalls: stalls.py.
 """
@@ -23,6 +25,7 @@ from cbsim.metrics.serving import serving_metrics
 from cbsim.metrics.stalls import stall_metrics, stall_spans
 from cbsim.metrics.table import SUMMARY_ROWS, compare_metrics, format_table
 from cbsim.metrics.timeline import PERCENTILES, timeline_metrics, weight_bytes_read_per_step
+from cbsim.metrics.why import host_work_metrics, why_line, why_sentence
 from cbsim.trace.model import Trace
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "metrics_from",
     "stall_spans",
     "weight_bytes_read_per_step",
+    "why_line",
+    "why_sentence",
 ]
 
 
@@ -46,6 +51,7 @@ def metrics_from(inp: MetricInputs) -> dict[str, Any]:
     out = timeline_metrics(inp)
     out.update(serving_metrics(inp))
     out.update(stall_metrics(inp))
+    out.update(host_work_metrics(inp))
     return out
 
 

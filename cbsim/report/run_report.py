@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from cbsim.config import CbsimConfig
+from cbsim.metrics import why_line
 from cbsim.report.charts import stacked_steps_figure, step_time_figure, time_split_figure
 from cbsim.report.frames import RunFrames, run_frames
 from cbsim.report.html import Page, esc, table
@@ -127,6 +128,9 @@ def build_page(
         if text:
             page.para(f'<b class="{cls}">{esc(text)}</b>', "lead")
     page.para(esc(verdict(metrics)), "lead")
+    why = why_line(metrics)
+    if why:
+        page.para(esc(why), "lead why")
     if config is not None and config.description:
         page.para(esc(config.description), "note")
     tables = [metrics_table(metrics)]
