@@ -13,6 +13,8 @@ from cbsim.report.html import PLOTLY_FILE
 from cbsim.report.sweep_figures import FITS, brackets, heatmap_figure, lines_figure
 from cbsim.rundir import write_finished
 from cbsim.sweep import write_summary
+from cbsim.sweep.report import verdict
+from cbsim.sweep.verdict import range_words
 
 
 def comp_table(fits: bool = True) -> pd.DataFrame:
@@ -104,3 +106,43 @@ def test_job_reports_of_a_sweep_share_its_plotly(tmp_path):
         page = sweep / job / "report.html"
         assert f'<script src="../{PLOTLY_FILE}"></script>' in page.read_text()
         assert page.stat().st_size < 300_000
+
+
+def test_the_speedup_colours_are_centred_on_the_threshold_not_on_one():
+    fig = heatmap_figure(comp_table(), "workload.batch_size", "workload.gen_len", 1.05)
+    cells = fig.data[0]
+    assert cells.zmid == 1.05 and (cells.zmin + cells.zmax) / 2 == pytest.approx(1.05)
+    assert cells.zmin < 1.046 < cells.zmid, "x1.046 does not pay: it takes the red half"
+
+
+def test_the_verdict_states_the_boundary_in_words():
+    comp = comp_table()
+    keys = ["workload.batch_size", "workload.gen_len"]
+    assert verdict(comp, keys, 1.05) == (
+        "Async pays ≥ 5% at batch_size ≥ 32 (speedup x0.980 to x1.310 over 8 settings)."
+    )
+    assert verdict(comp, keys, 1.025).startswith(
+        "Async pays ≥ 2.5% at batch_size ≥ 32 when gen_len = 1024, "
+        "and at batch_size ≥ 8 when gen_len = 32768"
+    )
+    assert verdict(comp, keys, 2.0).startswith("Async does not pay ≥ 100% at any setting")
+    assert range_words("b", [1, 8, 32, 128], [8, 32]) == "8 ≤ b ≤ 32"
+    assert range_words("b", [1, 8, 32, 128], [1, 8]) == "b ≤ 8"
+
+
+def test_bands_are_drawn_where_the_sweep_has_them():
+    comp = comp_table().assign(speedup_p5=lambda d: d.speedup - 0.02)
+    comp = comp.assign(speedup_p95=lambda d: d.speedup + 0.02)
+    fig = lines_figure(comp, "workload.batch_size", "workload.gen_len", 1.05)
+    bands = [t for t in fig.data if t.fill == "tonexty"]
+    assert len(bands) == 2 and all(t.xaxis == "x" for t in bands)
+    plain = lines_figure(comp_table(), "workload.batch_size", "workload.gen_len", 1.05)
+    assert not [t for t in plain.data if t.fill == "tonexty"]
+    assert "band spans the threshold" in verdict(comp, ["workload.batch_size"], 1.05)
+
+
+def test_the_page_promises_no_job_reports_that_are_not_there(tmp_path):
+    sweep = make_sweep(tmp_path / "sw", SWEEP)
+    html = write_summary(sweep).html.read_text()
+    assert "report.html" not in html
+    assert "Async pays ≥ 5% at" in html

@@ -265,7 +265,9 @@ def test_rebuild_from_the_command_line(tmp_path, capsys):
         tmp_path / "sw", ["engine=sync,async", "workload.batch_size=8", "workload.gen_len=1024"]
     )
     assert sweep_main([str(sweep), "--min-speedup", "1.5"]) == 0
-    assert "2/2 jobs finished" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2/2 jobs finished" in out
+    assert out.strip().splitlines()[-1].startswith("Async pays ≥ 50% at every"), out
     assert "pays above x1.5" in (sweep / "sweep.html").read_text()
     assert sweep_main([str(tmp_path / "missing")]) == 2
 

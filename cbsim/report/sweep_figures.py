@@ -130,8 +130,11 @@ def heatmap_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) 
 
 
 def _speed_cells(speed, no_fit, threshold: float, cells: dict, bar_x: float) -> go.Heatmap:
-    """The speedup cells, diverging around x1, with their colourbar."""
-    span = max(abs(np.nanmax(speed) - 1), abs(1 - np.nanmin(speed)), 0.05) if speed.size else 0.1
+    """The speedup cells, diverging around the threshold (red: does not pay, blue: pays), with
+    their colourbar."""
+    span = 0.1
+    if speed.size and not np.isnan(speed).all():
+        span = max(abs(np.nanmax(speed) - threshold), abs(threshold - np.nanmin(speed)), 0.02)
     return go.Heatmap(
         **cells,
         z=speed,
@@ -141,9 +144,9 @@ def _speed_cells(speed, no_fit, threshold: float, cells: dict, bar_x: float) -> 
         ],
         texttemplate="%{text}",
         colorscale="RdBu",
-        zmid=1.0,
-        zmin=1 - span,
-        zmax=1 + span,
+        zmid=threshold,
+        zmin=threshold - span,
+        zmax=threshold + span,
         colorbar=dict(title=dict(text="speedup (x)"), x=bar_x, **COLORBAR),
         hovertemplate="x%{z:.3f}<extra></extra>",
     )
@@ -235,6 +238,7 @@ def lines_figure(comp: pd.DataFrame, x: str, y: str | None, threshold: float) ->
 def _line_group(fig, g: pd.DataFrame, px, x: str, name: str, color: str, threshold: float) -> None:
     """One y value's lines: its speedup (crossing and no-fit marks) and its GPU idle."""
     sp = g["speedup"].astype(float).to_list()
+    _band(fig, g, "speedup", px, color, name, 1, 1.0)
     fig.add_trace(
         go.Scatter(
             x=px,
@@ -252,6 +256,7 @@ def _line_group(fig, g: pd.DataFrame, px, x: str, name: str, color: str, thresho
     if FITS in g:
         _no_fit_marks(fig, px, sp, g[FITS], name)
     for key, dash in (("gpu_idle_sync", "solid"), ("gpu_idle_async", "dash")):
+        _band(fig, g, key, px, color, name, 2, 100.0)
         fig.add_trace(
             go.Scatter(
                 x=px,
@@ -265,6 +270,31 @@ def _line_group(fig, g: pd.DataFrame, px, x: str, name: str, color: str, thresho
             row=1,
             col=2,
         )
+
+
+def _band(fig, g: pd.DataFrame, stem: str, px, color: str, name: str, col: int, scale: float):
+    """The P5-P95 band of ``stem`` (comparison.csv's ``<stem>_p5``/``_p95``, mode.bands) as a
+    shaded area under its line, where the sweep drew one."""
+    low, high = f"{stem}_p5", f"{stem}_p95"
+    if low not in g or high not in g or g[low].isna().all():
+        return
+    lo = (scale * g[low].astype(float)).to_list()
+    hi = (scale * g[high].astype(float)).to_list()
+    r, gg, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    common = dict(mode="lines", line=dict(width=0), showlegend=False, legendgroup=name)
+    fig.add_trace(go.Scatter(x=px, y=hi, hoverinfo="skip", **common), row=1, col=col)
+    fig.add_trace(
+        go.Scatter(
+            x=px,
+            y=lo,
+            fill="tonexty",
+            fillcolor=f"rgba({r},{gg},{b},0.18)",
+            hovertemplate=f"P5-P95 band<extra>{name}</extra>",
+            **common,
+        ),
+        row=1,
+        col=col,
+    )
 
 
 def _bracket_marks(fig, px, sp, threshold: float, x: str, name: str, color: str) -> None:

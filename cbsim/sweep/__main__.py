@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{result.finished}/{len(result.jobs)} jobs finished: {result.summary}"
         + (f", {result.html}" if result.html else "")
     )
+    print(result.verdict)
     return 0
 
 

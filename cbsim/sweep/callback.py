@@ -102,3 +102,4 @@ class SweepSummary(Callback):
             result.summary,
             f", {result.html}" if result.html else "",
         )
+        print(result.verdict, flush=True)

@@ -106,7 +106,13 @@ def simulate_chunk(configs: list[CbsimConfig]) -> list[dict[str, Any]]:
     return [point_metrics(c, per) for c, per in zip(configs, per_point)]
 
 
-def run_grid(out_dir: Path, overrides: list[str], jobs: int = 1, html: bool = True) -> SweepResult:
+def run_grid(
+    out_dir: Path,
+    overrides: list[str],
+    jobs: int = 1,
+    html: bool = True,
+    min_speedup: float = 1.05,
+) -> SweepResult:
     """Build and check every point first, then simulate them and write the sweep's files."""
     points = expand(overrides)
     builder = GridConfigs()
@@ -124,7 +130,7 @@ def run_grid(out_dir: Path, overrides: list[str], jobs: int = 1, html: bool = Tr
             bar.update(len(done))
     found = [Job(i, p, None, FINISHED, m) for i, (p, m) in enumerate(zip(points, metrics))]
     out_dir.mkdir(parents=True, exist_ok=True)
-    return write_tables(out_dir, found, html)
+    return write_tables(out_dir, found, html, min_speedup)
 
 
 def _results(chunks: list[list[CbsimConfig]], jobs: int):
@@ -147,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=positive_int, default=1, help="worker processes (joblib)")
     parser.add_argument("--no-html", action="store_true", help="only the CSV files")
+    parser.add_argument(
+        "--min-speedup",
+        type=float,
+        default=1.05,
+        help="the speedup at or above which async counts as paying (default 1.05)",
+    )
     args = parser.parse(argv)
     if isinstance(args, int):
         return args
@@ -154,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.out_dir} is a file; OUT_DIR is a directory")
     register_configs()
     try:
-        result = run_grid(args.out_dir, args.overrides, args.jobs, not args.no_html)
+        result = run_grid(
+            args.out_dir, args.overrides, args.jobs, not args.no_html, args.min_speedup
+        )
     except ConfigError as exc:
         print(f"cbsim: config error: {exc}", file=sys.stderr)
         return 2
@@ -168,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         f"cbsim: {len(result.jobs)} points: {result.summary}"
         + (f", {result.html}" if result.html else "")
     )
+    print(result.verdict)
     return 0
 
 

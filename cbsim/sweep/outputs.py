@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from cbsim.rundir import COMPARISON_FILE, SUMMARY_FILE, SWEEP_HTML
-from cbsim.sweep.report import write_sweep_report
+from cbsim.sweep.report import jobs_verdict, write_sweep_report
 from cbsim.sweep.summary import (
     FINISHED,
     Job,
@@ -28,6 +28,7 @@ class SweepResult:
     summary: Path
     comparison: Path
     html: Path | None
+    verdict: str
 
     @property
     def finished(self) -> int:
@@ -54,4 +55,4 @@ def write_tables(
     comp = comparison_frame(jobs)
     comparison = write_csv(comp, sweep_dir / COMPARISON_FILE)
     page = write_sweep_report(jobs, comp, sweep_dir / SWEEP_HTML, min_speedup) if html else None
-    return SweepResult(jobs, summary, comparison, page)
+    return SweepResult(jobs, summary, comparison, page, jobs_verdict(jobs, comp, min_speedup))

@@ -25,6 +25,7 @@ from cbsim.sweep.summary import (
     override_keys,
     override_value,
 )
+from cbsim.sweep.verdict import sweep_verdict
 
 PREFERRED_X = ("workload.batch_size",)
 PREFERRED_Y = ("workload.gen_len", "workload.prompt_len")
@@ -61,23 +62,20 @@ def with_fit(jobs: list, comp: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def verdict(comp: pd.DataFrame, keys: list[str], threshold: float) -> str:
-    ok = comp["speedup"].astype(float)
-    pays = comp[ok >= threshold]
-    text = (
-        f"Async pays (speedup ≥ x{threshold:g}) in {len(pays)} of {len(comp)} settings; "
-        f"speedup x{ok.min():.3f} to x{ok.max():.3f}."
-    )
-    losing = comp[ok < threshold]
-    if len(losing):
-        shown = "; ".join(
-            " ".join(f"{k.split('.')[-1]}={r[k]}" for k in keys) + f" (x{r['speedup']:.3f})"
-            for r in losing.head(8).to_dict("records")
+    """Where async pays, in words (cbsim.sweep.verdict), over the keys that vary."""
+    return sweep_verdict(comp, *pick_axes(comp, keys), threshold)
+
+
+def jobs_verdict(jobs: list, comp: pd.DataFrame, threshold: float) -> str:
+    """The page's lead and the terminal's last line."""
+    if comp.empty:
+        return (
+            "No setting has both engines finished yet: sweep engine=sync,async (or "
+            "engine=compare) to see where async pays."
         )
-        text += f" It does not pay at: {shown}{' …' if len(losing) > 8 else ''}."
-    if FITS in comp and not comp[FITS].all():
-        n = int((~comp[FITS]).sum())
-        text += f" {n} setting{' does' if n == 1 else 's do'} not fit the device (greyed out)."
-    return text
+    keys = [k for k in override_keys(jobs) if k != "engine"]
+    comp = with_fit(jobs, comp, keys)
+    return verdict(comp, _varying(comp, keys), threshold)
 
 
 NOTE = (
@@ -98,15 +96,9 @@ def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: fl
     page = Page(f"cbsim sweep · {path.parent.name}")
     page.heading(f"cbsim sweep: {done} of {len(jobs)} jobs finished", level=1)
     keys = [k for k in override_keys(jobs) if k != "engine"]
-    if comp.empty:
-        page.para(
-            "No setting has both engines finished yet: sweep engine=sync,async (or "
-            "engine=compare) to see where async pays.",
-            "lead",
-        )
-    else:
+    page.para(esc(jobs_verdict(jobs, comp, threshold)), "lead")
+    if not comp.empty:
         comp = with_fit(jobs, comp, keys)
-        page.para(esc(verdict(comp, _varying(comp, keys), threshold)), "lead")
         page.para(NOTE.format(t=threshold), "note")
         figures(page, comp, keys, threshold)
         page.heading("All pairs")
@@ -127,9 +119,11 @@ def write_sweep_report(jobs: list, comp: pd.DataFrame, path: Path, threshold: fl
                 [[j.num, j.status, " ".join(j.overrides)] for j in missing],
             )
         )
+    reports = sum((path.parent / str(j.num) / "report.html").is_file() for j in jobs)
     page.para(
         f"Every job's overrides and metrics: <code>{SUMMARY_FILE}</code>; the pairs: "
-        f"<code>{COMPARISON_FILE}</code>; each job's report.html is in its directory.",
+        f"<code>{COMPARISON_FILE}</code>"
+        + (f"; {reports} jobs' report.html in their directories." if reports else "."),
         "note",
     )
     return page.write(path, js_dir=path.parent)
