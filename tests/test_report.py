@@ -14,7 +14,14 @@ from synthetic_trace import loop_trace
 from cbsim.metrics import compute_metrics, why_line
 from cbsim.report import write_run_report
 from cbsim.report.charts import binned_steps
-from cbsim.report.frames import busy_before, idle_gaps, run_frames, union_intervals
+from cbsim.report.frames import (
+    busy_before,
+    detail_windows,
+    idle_gaps,
+    run_frames,
+    steady_start,
+    union_intervals,
+)
 from cbsim.report.timeline import detail_figure, overview_figure, overview_style
 from cbsim.trace import TraceBuilder
 from cbsim.trace import schema as S
@@ -243,11 +250,50 @@ def test_bands_show_as_a_table_when_given_or_recorded(tmp_path):
     assert "host-speed draws" in write_run_report(runs, cfg, tmp_path / "b.html").read_text()
 
 
-def test_detail_windows_of_a_long_run_are_in_seconds():
+def test_detail_windows_of_a_long_run_are_in_milliseconds():
     long = [run_frames("sync", loop_trace("sync", 8192))]
     fig = detail_figure(long)
-    assert fig.layout.xaxis.title.text == "s"
-    assert fig.layout.xaxis2.range[1] < long[0].total_ms / 1e3  # the steady window, in s
+    assert fig.layout.xaxis.title.text == "ms since the run's start"
+    t0, t1 = fig.layout.xaxis2.range
+    assert t1 > 10_000 and t1 - t0 < 100, "the steady window: a few steps, in ms"
+
+
+def test_the_steady_window_stays_away_from_a_stall():
+    trace = loop_trace("async", 400)
+    frames = run_frames("async", trace)
+    steps = frames.steps.copy()
+    middle = steps["step"].to_numpy()[len(steps) // 2]
+    steps.loc[steps["step"] == middle, "step_ms"] += 55.0  # a 55 ms update stall mid-run
+    (_, a, b), (label, t0, t1), _ = detail_windows(steps, frames.spans)
+    first = steady_start(steps)
+    inside = steps["step"].to_numpy()[first : first + 6]
+    assert middle not in inside and label.startswith("steady state")
+    assert abs(first - len(steps) // 2) < 12, "still near the middle"
+
+
+def test_waiting_is_drawn_thin_and_not_busy_so_the_overlap_shows():
+    small = [run_frames("async", loop_trace("async", 40))]
+    fig = overview_figure(small)
+    width = {t.name: t.width for t in fig.data if t.type == "bar"}
+    assert width[S.WAIT] < width[S.PREPARE] / 2
+    big = [run_frames("sync", loop_trace("sync", 4000))]
+    binned = overview_figure(big)
+    host = [
+        t for t in binned.data if t.type == "heatmap" and "<b>host</b>" in (t.hovertemplate or "")
+    ]
+    assert len(host) == 1 and "wait" not in " ".join(host[0].text[0][:50])
+    busy = np.array([float(c.split("%")[0].split()[-1]) for c in host[0].text[0][5:-5]])
+    assert busy.mean() < 40, "the host works 900 of each 3,700 us: most of the lane is white"
+
+
+def test_short_spans_get_a_tick_that_keeps_them_visible():
+    fig = overview_figure([run_frames("sync", loop_trace("sync", 40))])
+    ticks = {t.name: len(t.x) for t in fig.data if t.meta == "short"}
+    assert ticks.get(S.COPY_H2D) == 40 and ticks.get(S.COPY_D2H) == 40  # 20 us in a 150 ms run
+    assert S.GRAPH_REPLAY not in ticks and S.WAIT not in ticks
+    detail = detail_figure([run_frames("sync", loop_trace("sync", 40))])
+    shown = {t.name for t in detail.data if t.meta == "short"}
+    assert S.COPY_H2D in shown, "20 us in a 6-step window of 22 ms is under 2 px too"
 
 
 @pytest.mark.parametrize("source", ["sim", "runtime"])

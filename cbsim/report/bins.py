@@ -2,8 +2,8 @@
 
 Used above SEGMENT_BUDGET spans: a heatmap row per lane is one image whatever the trace's size, so
 a 10^5-span run opens as fast as a small one. A cell's hue is the phase that filled most of the
-bin, its depth the lane's busy share of the bin (white: idle, full colour: busy throughout), so a
-stream busy 0.02% of the time looks empty; the colourbar is that legend. Zooming in replaces the
+bin, its depth the lane's busy share of the bin (white: idle, full colour: busy throughout; the
+host's ``wait`` is not busy), so a stream busy 0.02% of the time looks empty; the colourbar is that legend. Zooming in replaces the
 bins by the real spans (cbsim.report.zoom); the trace file keeps every span.
 """
 
@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from cbsim.report.frames import IDLE_ROW, RunFrames, busy_before, union_intervals
 from cbsim.report.style import PHASE_COLORS, color_of, legend_entry, mix, row_y
+from cbsim.report.visible import busy_spans
 
 AGGREGATE_BINS = 1500
 LEVELS = 20  # depth steps of the busy share: 5% each
@@ -70,7 +71,7 @@ def aggregate_rows(
         showscale=False,
         zmin=0,
     )
-    for lane, g in run.spans.groupby("lane", sort=False):
+    for lane, g in busy_spans(run.spans).groupby("lane", sort=False):
         if lane not in ys:
             continue
         names, z, text = _lane_cells(g, edges, bin_ms)

@@ -175,6 +175,25 @@ def hazard_table(inst: pd.DataFrame, t0: float) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def steady_start(steps: pd.DataFrame, width: int = WINDOW_STEPS) -> int:
+    """The first step of a window of typical steps: among the windows of the middle half, those
+    whose steps stray least from the median step time (a periodic stall or a prefill strays),
+    the one nearest the middle."""
+    n = len(steps)
+    mid = n // 2 - width // 2
+    lo, hi = max(n // 4, width), min(3 * n // 4, n - 2 * width)
+    if hi <= lo:
+        return mid
+    ms = steps["step_ms"].to_numpy(float)
+    median = float(np.median(ms[lo : hi + width]))
+    stray = np.abs(ms - median)
+    worst = np.lib.stride_tricks.sliding_window_view(stray[lo : hi + width], width).max(axis=1)
+    starts = np.arange(lo, lo + len(worst))
+    # within a tenth of a step of the calmest window counts as calm: then nearest the middle
+    calm = starts[worst <= worst.min() + 0.1 * median]
+    return int(calm[np.argmin(np.abs(calm - mid))])
+
+
 def detail_windows(
     steps: pd.DataFrame, spans: pd.DataFrame, width: int = WINDOW_STEPS
 ) -> list[tuple[str, float, float]]:
@@ -184,8 +203,7 @@ def detail_windows(
     if steps.empty or len(steps) <= 3 * width:
         return [("whole run", 0.0, float(spans["end_ms"].max()))]
     n = len(steps)
-    mid = n // 2 - width // 2
-    picks = [("first steps", 0), ("steady state", mid), ("end", n - width)]
+    picks = [("first steps", 0), ("steady state", steady_start(steps, width)), ("end", n - width)]
     out = []
     ends = steps["end_ms"].to_numpy(float)
     numbers = steps["step"].to_numpy(int)

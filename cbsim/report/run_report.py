@@ -233,6 +233,9 @@ def timeline_section(page: Page, frames: list[RunFrames]) -> str:
             hook="timelineDetail",
             extra=zoom_payload(frames, *overview_unit(frames)),
         )
+    elif overview_unit(frames)[1] == "s":  # zoomed in, the axis labels its ticks in ms
+        page.script(TIMELINE_JS)
+        page.figure(fig, "timeline", hook="msAxis")
     else:
         page.figure(fig, "timeline")
     return style

@@ -3,7 +3,8 @@
 The overview draws small runs span by span; large ones as time bins whose depth is the busy share
 (cbsim.report.bins), which turn into the real spans when zoomed in (cbsim.report.zoom). Long runs
 get a time axis in seconds. Host stalls (a phase 10x its median) and prefill steps are marked.
-The detail figure draws a few windows (first steps, steady state, end) as SVG bars, every field.
+The detail figure draws a few windows (first steps, steady state, end) as SVG bars, every field,
+on an axis in ms. Waiting is drawn thin and short spans get ticks (cbsim.report.visible).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cbsim.report.bins import AGGREGATE_BINS, aggregate_rows, share_colorbar
 from cbsim.report.frames import IDLE_ROW, RunFrames, detail_windows, time_unit
 from cbsim.report.marks import add_hazards, add_marks
 from cbsim.report.style import ROW_PX, color_of, engine_rows, legend_entry, row_y, yaxis
+from cbsim.report.visible import BAR_WIDTH, add_short_ticks, bar_width
 
 __all__ = ["AGGREGATE_BINS", "detail_figure", "overview_figure", "overview_style", "overview_unit"]
 
@@ -92,7 +94,7 @@ def overview_style(runs: list[RunFrames]) -> str:
 def bar_rows(fig: go.Figure, run: RunFrames, row: int, shown: set[str], unit: float = 1.0) -> None:
     ys = row_y(run.rows)
     for name, g in run.spans.groupby("name", sort=False):
-        _add_bars(fig, row, 1, g, ys, str(name), run.engine, shown, unit)
+        _add_bars(fig, row, 1, g, ys, str(name), run.engine, shown, unit, run.total_ms)
         legend_entry(fig, str(name), shown)
     if len(run.idle) and IDLE_ROW in ys:
         _add_bars(fig, row, 1, _idle_spans(run.idle), ys, IDLE_ROW, run.engine, shown, unit)
@@ -124,6 +126,8 @@ def segment_rows(
             g["step"].to_numpy(),
             g["dur_us"].to_numpy(),
         )
+        y = np.full(len(g), ys[lane])
+        add_short_ticks(fig, row, 1, g, y, str(name), run.engine, run.total_ms, unit)
         _add_segments(
             fig,
             row,
@@ -165,7 +169,7 @@ def _add_segments(fig, row, x, y, cd, name, engine, shown, hover) -> None:
             y=np.full(len(x), y, dtype=np.int8),
             customdata=cd,
             mode="lines",
-            line=dict(color=color_of(name), width=SEGMENT_PX),
+            line=dict(color=color_of(name), width=SEGMENT_PX * bar_width(name) / BAR_WIDTH),
             name=name,
             legendgroup=name,
             showlegend=name not in shown,
@@ -195,21 +199,21 @@ def detail_figure(runs: list[RunFrames]) -> go.Figure | None:
         vertical_spacing=0.16 if len(runs) > 1 else 0.1,
     )
     shown: set[str] = set()
-    unit, unit_name = overview_unit(runs)  # a long run's windows in s, not "108.65k" ms
     for i, (run, wins) in enumerate(zip(runs, per_run), start=1):
         ys = row_y(run.rows)
         for j, (_, t0, t1) in enumerate(wins, start=1):
             sp = run.spans[(run.spans["end_ms"] >= t0) & (run.spans["ts_ms"] <= t1)]
             for name, g in sp.groupby("name", sort=False):
-                _add_bars(fig, i, j, g, ys, str(name), run.engine, shown, unit)
+                _add_bars(fig, i, j, g, ys, str(name), run.engine, shown, 1.0, t1 - t0)
             idle = run.idle[(run.idle["end_ms"] >= t0) & (run.idle["ts_ms"] <= t1)]
             if len(idle) and IDLE_ROW in ys:
-                _add_bars(fig, i, j, _idle_spans(idle), ys, IDLE_ROW, run.engine, shown, unit)
-            fig.update_xaxes(range=[t0 / unit, t1 / unit], row=i, col=j)
+                _add_bars(fig, i, j, _idle_spans(idle), ys, IDLE_ROW, run.engine, shown)
+            # a few steps' window in ms, whatever the run's length ("12,345.6", not "12.3456 s")
+            fig.update_xaxes(range=[t0, t1], tickformat=",~f", row=i, col=j)
             yaxis(fig, run.rows, i, j)
             if j > 1:
                 fig.update_yaxes(showticklabels=False, row=i, col=j)
-    fig.update_xaxes(title_text=unit_name, row=len(runs))
+    fig.update_xaxes(title_text="ms since the run's start", row=len(runs))
     fig.update_layout(
         barmode="overlay",
         bargap=0.25,
@@ -231,10 +235,14 @@ def _add_bars(
     engine: str,
     shown: set[str],
     unit: float = 1.0,
+    window_ms: float = 0.0,
 ) -> None:
+    """Bars of one phase; with ``window_ms``, a tick on each span too short to see in it."""
     g = g[g["lane"].isin(list(ys))]
     if g.empty:
         return
+    y = np.array([ys[lane] for lane in g["lane"]])
+    add_short_ticks(fig, row, col, g, y, name, engine, window_ms, unit)
     cd = np.stack(
         [
             g["step"].astype(int),
@@ -250,7 +258,7 @@ def _add_bars(
     fig.add_trace(
         go.Bar(
             orientation="h",
-            y=[ys[lane] for lane in g["lane"]],
+            y=y,
             base=g["ts_ms"].to_numpy(float) / unit,
             x=(g["end_ms"] - g["ts_ms"]).to_numpy(float) / unit,
             marker_color=color_of(name),
@@ -258,7 +266,7 @@ def _add_bars(
             legendgroup=name,
             showlegend=False,
             customdata=cd,
-            width=0.7,
+            width=bar_width(name),
             hovertemplate=(
                 f"<b>{name}</b> (%{{customdata[5]}} µs)<br>step %{{customdata[0]}}, slot "
                 "%{customdata[1]}<br>%{customdata[2]} requests, %{customdata[3]} query "

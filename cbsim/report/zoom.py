@@ -15,6 +15,7 @@ import numpy as np
 
 from cbsim.report.frames import IDLE_ROW, RunFrames
 from cbsim.report.style import color_of, row_y
+from cbsim.report.visible import NOT_BUSY, SHORT_SHARE, TICK_PX, bar_width
 
 DETAIL_BUDGET = 3_000  # spans drawn as SVG bars at once: fast in software rendering too
 TICKS_PER_MS = 1e4  # 0.1 µs
@@ -33,6 +34,8 @@ def _group(name: str, y: int, ts_ms, end_ms, step, unit: float) -> dict[str, Any
         "name": name,
         "y": y,
         "color": color_of(name),
+        "width": bar_width(name),
+        "tick": name not in NOT_BUSY,
         "q": TICKS_PER_MS * unit,  # ticks per axis unit
         "ts": _deltas(t),
         "dur": d.astype(np.int64).tolist(),
@@ -60,7 +63,13 @@ def zoom_payload(runs: list[RunFrames], unit: float, unit_name: str) -> dict[str
         out.append(
             {"engine": run.engine, "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "groups": groups}
         )
-    return {"unit": unit_name, "budget": DETAIL_BUDGET, "runs": out}
+    return {
+        "unit": unit_name,
+        "budget": DETAIL_BUDGET,
+        "short": SHORT_SHARE,
+        "tick_px": TICK_PX,
+        "runs": out,
+    }
 
 
 TIMELINE_JS = r"""
@@ -99,11 +108,25 @@ window.cbsimHooks.timelineDetail = function (div) {
     });
     return [total, picks];
   }
+  function ticks(run, g, idx, x0, x1) {  // spans too short to see in [x0, x1]: a fixed-size tick
+    const u = payload.unit, scale = u === 's' ? 1e6 : 1e3, min = (x1 - x0) * payload.short;
+    const short = g.tick ? idx.filter(function (i) { return g.t1[i] - g.t0[i] < min; }) : [];
+    if (!short.length) { return []; }
+    return [{
+      type: 'scatter', mode: 'markers', meta: 'detail', showlegend: false,
+      xaxis: run.xaxis, yaxis: run.yaxis,
+      x: short.map(function (i) { return (g.t0[i] + g.t1[i]) / 2; }),
+      y: short.map(function () { return g.y; }),
+      customdata: short.map(function (i) { return ((g.t1[i] - g.t0[i]) * scale).toFixed(1); }),
+      marker: {symbol: 'line-ns', size: payload.tick_px, line: {width: 2, color: g.color}},
+      hovertemplate: '<b>' + g.name + '</b> %{customdata} µs<extra>' + run.engine + '</extra>',
+    }];
+  }
   function bars(run, g, idx) {
     const u = payload.unit, scale = u === 's' ? 1e6 : 1e3;
     return {
       type: 'bar', orientation: 'h', meta: 'detail', showlegend: false,
-      xaxis: run.xaxis, yaxis: run.yaxis, width: 0.7, marker: {color: g.color},
+      xaxis: run.xaxis, yaxis: run.yaxis, width: g.width, marker: {color: g.color},
       base: idx.map(function (i) { return g.t0[i]; }),
       x: idx.map(function (i) { return g.t1[i] - g.t0[i]; }),
       y: idx.map(function () { return g.y; }),
@@ -131,8 +154,14 @@ window.cbsimHooks.timelineDetail = function (div) {
       return Plotly.restyle(div, {visible: !show}, now);
     });
     if (show) {
-      p = p.then(function () { return Plotly.addTraces(div, picks.map(function (k) {
-        return bars(k[0], k[1], k[2]); })); });
+      p = p.then(function () {
+        const traces = [];
+        picks.forEach(function (k) {
+          traces.push(bars(k[0], k[1], k[2]));
+          ticks(k[0], k[1], k[2], x0, x1).forEach(function (t) { traces.push(t); });
+        });
+        return Plotly.addTraces(div, traces);
+      });
     }
     return p.then(function () {
       div.dataset.detailSpans = String(show ? total : 0);
@@ -142,7 +171,39 @@ window.cbsimHooks.timelineDetail = function (div) {
   }
   div.dataset.detailSpans = '0';
   div.on('plotly_relayout', function (ev) {
-    if (Object.keys(ev).some(function (k) { return k.indexOf('xaxis') === 0; })) { update(); }
+    if (Object.keys(ev).some(function (k) { return /^xaxis\d*\.(range|autorange)/.test(k); })) {
+      update();
+    }
+  });
+  if (payload.unit === 's') { window.cbsimHooks.msAxis(div); }
+};
+// an axis in seconds labels its ticks in ms once under MS_BELOW_S seconds are in view
+window.cbsimHooks.msAxis = function (div) {
+  const MS_BELOW_S = 2;
+  function nice(raw) {
+    const p = Math.pow(10, Math.floor(Math.log10(raw)));
+    return [1, 2, 5, 10].map(function (m) { return m * p; }).find(function (s) { return s >= raw; });
+  }
+  function relabel() {
+    const lay = div._fullLayout, upd = {};
+    Object.keys(lay).filter(function (k) { return /^xaxis\d*$/.test(k); }).forEach(function (k) {
+      const r = lay[k].range, a = +r[0] * 1e3, b = +r[1] * 1e3;
+      if ((b - a) / 1e3 >= MS_BELOW_S) { upd[k + '.tickmode'] = 'auto'; return; }
+      const step = nice((b - a) / 6), vals = [], text = [];
+      for (let t = Math.ceil(a / step) * step; t <= b; t += step) {
+        vals.push(t / 1e3);
+        text.push(t.toLocaleString('en-US', {maximumFractionDigits: 3}) + ' ms');
+      }
+      upd[k + '.tickmode'] = 'array'; upd[k + '.tickvals'] = vals; upd[k + '.ticktext'] = text;
+    });
+    div.dataset.msTicks = String(Object.values(upd).filter(function (v) {
+      return v === 'array'; }).length);
+    return Plotly.relayout(div, upd);
+  }
+  div.on('plotly_relayout', function (ev) {
+    if (Object.keys(ev).some(function (k) { return /^xaxis\d*\.(range|autorange)/.test(k); })) {
+      relabel();
+    }
   });
 };
 """
