@@ -156,3 +156,32 @@ def test_a_simulated_run_report_opens(chromium, tmp_path):
     check(chromium.open(tmp_path / "run" / "report.html"), 4)
     # mode.bands=auto on h200 (a spread): the page that drew cleanly holds the bands table
     assert "host-speed draws" in (tmp_path / "run" / "report.html").read_text()
+
+
+# at full view, then zoomed to 20 ms: what a person reads on the page and on the time axis
+READ_JS = """
+(async () => {
+  const div = document.querySelector('[data-hook="timelineDetail"]');
+  const why = (document.querySelector('p.why') || {}).innerText || '';
+  const ticks = () => Array.from(div.querySelectorAll('.xtick text')).map(e => e.textContent);
+  const full = ticks();
+  const axes = Object.keys(div._fullLayout).filter(k => /^xaxis\\d*$/.test(k)), upd = {};
+  axes.forEach(k => { upd[k + '.range'] = [5.0, 5.02]; });
+  await Plotly.relayout(div, upd);
+  await new Promise(res => setTimeout(res, 600));
+  return JSON.stringify({why, full, zoomed: ticks(), spans: +div.dataset.detailSpans,
+    short: div.data.filter(t => t.meta === 'detail' && t.type === 'scatter').length});
+})()
+"""
+
+
+def test_a_long_run_reads_why_and_zooms_in_milliseconds_with_short_spans_visible(
+    chromium, tmp_path
+):
+    path = write_run_report(runs_of(2700, engines=("sync",)), None, tmp_path / "report.html")
+    r = chromium.open(path, expression=READ_JS)
+    assert not r.problems, r.problems
+    assert r.probe["why"].startswith("Why: in sync, the host works 0.90 ms a step"), r.probe
+    assert not any(t.endswith(" ms") for t in r.probe["full"]), r.probe  # 11 s: in seconds
+    assert r.probe["zoomed"] and all(t.endswith(" ms") for t in r.probe["zoomed"]), r.probe
+    assert r.probe["spans"] > 0 and r.probe["short"] >= 2, r.probe  # copies and launches ticked
