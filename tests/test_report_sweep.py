@@ -122,12 +122,14 @@ def test_the_verdict_states_the_boundary_in_words():
         "Async pays ≥ 5% at batch_size ≥ 32 (speedup x0.980 to x1.310 over 8 settings)."
     )
     assert verdict(comp, keys, 1.025).startswith(
-        "Async pays ≥ 2.5% at batch_size ≥ 32 when gen_len = 1024, "
-        "and at batch_size ≥ 8 when gen_len = 32768"
+        "Async pays ≥ 2.5% at batch_size ≥ 32 when gen_len ≤ 1024, "
+        "and at batch_size ≥ 8 when gen_len ≥ 32768"
     )
     assert verdict(comp, keys, 2.0).startswith("Async does not pay ≥ 100% at any setting")
     assert range_words("b", [1, 8, 32, 128], [8, 32]) == "8 ≤ b ≤ 32"
     assert range_words("b", [1, 8, 32, 128], [1, 8]) == "b ≤ 8"
+    assert range_words("b", [1, 8, 32, 128], [8]) == "b = 8"
+    assert range_words("b", [1, 8, 32, 128], [1, 32]) == "b in 1, 32"
 
 
 def test_bands_are_drawn_where_the_sweep_has_them():

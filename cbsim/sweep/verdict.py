@@ -29,14 +29,15 @@ def range_words(key: str, every: list[Any], chosen: list[Any]) -> str:
     idx = [every.index(v) for v in chosen]
     if len(chosen) == len(every):
         return f"every {name}"
-    if len(chosen) == 1:
-        return f"{name} = {chosen[0]}"
     if numeric(every) and idx == list(range(idx[0], idx[-1] + 1)):
         if idx[-1] == len(every) - 1:
             return f"{name} ≥ {chosen[0]}"
         if idx[0] == 0:
             return f"{name} ≤ {chosen[-1]}"
-        return f"{chosen[0]} ≤ {name} ≤ {chosen[-1]}"
+        if len(chosen) > 1:
+            return f"{chosen[0]} ≤ {name} ≤ {chosen[-1]}"
+    if len(chosen) == 1:
+        return f"{name} = {chosen[0]}"
     return f"{name} in {', '.join(map(str, chosen))}"
 
 
@@ -83,8 +84,10 @@ def sweep_verdict(
     text = "Async " + "; ".join(parts)
     if len(groups) > MAX_FACETS:
         text += f"; {len(groups) - MAX_FACETS} more groups in comparison.csv"
-    if len(comp) == 1:
-        text += f" (speedup x{speed.iloc[0]:.3f})."
+    if f"{speed.min():.3f}" == f"{speed.max():.3f}":
+        text += f" (speedup x{speed.iloc[0]:.3f}" + (
+            f" at all {len(comp)} settings)." if len(comp) > 1 else ")."
+        )
     else:
         text += f" (speedup x{speed.min():.3f} to x{speed.max():.3f} over {len(comp)} settings)."
     if "speedup_p5" in comp and comp["speedup_p5"].notna().any():
