@@ -47,7 +47,9 @@ def test_a_run_writes_its_bands_into_metrics_json_and_the_table(tmp_path, capsys
     # the sync band has a width: the default profile's host spread moves a batch-4 run
     assert bands["sync"]["total_time_s"]["p95"] > bands["sync"]["total_time_s"]["p5"]
     out = capsys.readouterr().out
-    assert "band: P5 / median / P95 over" in out and "async speedup x" in out.splitlines()[-1]
+    *_, bands_line, why = out.splitlines()
+    assert "band: P5 / median / P95 over" in out and "async speedup x" in bands_line
+    assert why.startswith("Why: in sync, the host works"), "the table ends with the why"
     again = _run(tmp_path / "b", QUIET)
     assert again["bands"] == bands, "same seed, same bands"
 
