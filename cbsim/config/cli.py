@@ -22,8 +22,12 @@ class Parser(argparse.ArgumentParser):
         )
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        raise SystemExit(self.fail(message))
+
+    def fail(self, message: str) -> int:
+        """Print the one line; the exit code to return."""
         print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
+        return 2
 
     def parse(self, argv: list[str] | None) -> argparse.Namespace | int:
         """The parsed arguments, or the exit code when --help or an error ended the parse."""

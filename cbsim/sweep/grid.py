@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     if args.out_dir.exists() and not args.out_dir.is_dir():
-        parser.error(f"{args.out_dir} is a file; OUT_DIR is a directory")
+        return parser.fail(f"{args.out_dir} is a file; OUT_DIR is a directory")
     register_configs()
     try:
         result = run_grid(
