@@ -10,6 +10,7 @@ Definitions (docs/trace-format.md, "Metrics", says the same in prose):
 - CPU blocked fraction: host time in ``wait`` spans (blocked on the GPU) over the total time.
 - step: one forward pass; step time: the interval between consecutive forward ends (the first
   step from the start of the run), so it includes any CPU time the GPU was left waiting for.
+- GPU idle split as Holistic Trace Analysis names it, host wait, kernel wait and other (idle.py).
 - host work per step: the host lane's spans but ``wait`` over the steps, against the forwards'
   time per step, and the most of a sync step async could hide (why.py).
 - serving metrics (TTFT, TPOT, ITL, E2EL, throughputs, goodput, offered load): serving.py;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cbsim.metrics.idle import idle_split_metrics
 from cbsim.metrics.inputs import INSTANT_FIELDS, SPAN_FIELDS, MetricInputs, inputs_from_trace
 from cbsim.metrics.serving import serving_metrics
 from cbsim.metrics.stalls import stall_metrics, stall_spans
@@ -52,6 +54,7 @@ def metrics_from(inp: MetricInputs) -> dict[str, Any]:
     out.update(serving_metrics(inp))
     out.update(stall_metrics(inp))
     out.update(host_work_metrics(inp))
+    out.update(idle_split_metrics(inp))
     return out
 
 
