@@ -242,10 +242,14 @@ def hydra_job(cfg: DictConfig) -> dict[str, Any] | None:
             raise  # the job failed; the sweep reports it
         sys.exit(_fail(one_line(exc), 2))  # before Hydra adds its own "Error executing job"
     if not in_sweep:
-        report = run_dir / REPORT_FILE
-        print(f"cbsim: {'report' if report.is_file() else 'metrics'}: ", end="")
-        print(report if report.is_file() else run_dir / METRICS_FILE)
+        pages = [run_dir / p for p in (REPORT_FILE, *TASK_PAGES) if (run_dir / p).is_file()]
+        print(f"cbsim: {'report' if pages else 'metrics'}: ", end="")
+        print(pages[0] if pages else run_dir / METRICS_FILE)
     return metrics
+
+
+# the page a task writes in place of the run report: the last line points to it
+TASK_PAGES = ("capacity.html", "validation.html")
 
 
 def one_line(exc: ConfigError | RunDirError) -> str:

@@ -4,9 +4,11 @@
 bisection over simulated runs of the configured online workload, the rate alone changed. A rate
 passes when the run finished every request and its ``extra.stat`` (p99 by default) TTFT and TPOT
 (and E2EL, when bounded) are within the config's ``slo`` bounds. The arrivals are one seeded draw
-scaled by the rate, so latency grows with it and the bisection's bracket holds. The rates are
-also simulated on a log grid for the curve. Writes capacity.json and capacity.html and prints the
-answer in one line.
+scaled by the rate, so latency grows with it and the bisection's bracket holds. A p99 over a few
+hundred requests is close to the worst few, so the bisection runs once per arrival seed
+(``extra.seeds``): the capacity is their median and the band their range. The first seed's rates
+are also simulated on a log grid for the curve. Writes capacity.json and capacity.html (with the
+profile whose costs it used) and prints the answer in one line.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,8 @@ EXTRA_KEYS = {
     "rate_max": "the highest arrival rate tried, req/s (64)",
     "tolerance": "the bisection stops when its bracket is this share of its upper end (0.03)",
     "curve_points": "rates on a log grid from rate_min to rate_max simulated for the curve (8)",
+    "seeds": "arrival draws, each bisected on its own: the median and the range across them (3)",
+    "progress": "a progress bar over the simulations on stderr (true)",
 }
 
 
@@ -45,6 +51,8 @@ class CapacityOptions:
     rate_max: float = 64.0
     tolerance: float = 0.03
     curve_points: int = 8
+    seeds: int = 3
+    progress: bool = True
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any]) -> CapacityOptions:
@@ -70,7 +78,16 @@ class CapacityOptions:
             raise ConfigError(f"extra.tolerance={opts.tolerance}; allowed: between 0 and 1")
         if not isinstance(opts.curve_points, int) or not 0 <= opts.curve_points <= 64:
             raise ConfigError(f"extra.curve_points={opts.curve_points}; allowed: 0 to 64")
+        if not isinstance(opts.seeds, int) or not 1 <= opts.seeds <= 32:
+            raise ConfigError(f"extra.seeds={opts.seeds}; allowed: 1 to 32")
+        if not isinstance(opts.progress, bool):
+            raise ConfigError(f"extra.progress={opts.progress}; allowed: true or false")
         return opts
+
+    def simulations(self) -> int:
+        """About how many simulations one engine takes: each seed's bisection, and the curve."""
+        steps = math.ceil(math.log(math.log(self.rate_max / self.rate_min) / self.tolerance, 2))
+        return self.seeds * (2 + max(steps, 0)) + self.curve_points
 
 
 def slo_bounds(config: CbsimConfig) -> dict[str, float]:
@@ -97,8 +114,10 @@ def meets(m: dict[str, Any], bounds: dict[str, float], stat: str, requests: int)
 class Probe:
     """Simulates one engine at a rate (each rate once) and keeps every point for the curve."""
 
-    def __init__(self, config: CbsimConfig, engine: str, opts: CapacityOptions) -> None:
-        self.config, self.engine, self.opts = config, engine, opts
+    def __init__(
+        self, config: CbsimConfig, engine: str, opts: CapacityOptions, bar: Any = None
+    ) -> None:
+        self.config, self.engine, self.opts, self.bar = config, engine, opts, bar
         self.bounds = slo_bounds(config)
         self.points: dict[float, dict[str, Any]] = {}
 
@@ -120,6 +139,8 @@ class Probe:
                 m, self.bounds, self.opts.stat, self.config.workload.total_requests
             )
             self.points[rate] = point
+            if self.bar is not None:
+                self.bar.update(1)
             log.debug("capacity %s at %.4g req/s: %s", self.engine, rate, point["meets_slo"])
         return self.points[rate]["meets_slo"]
 
@@ -142,13 +163,16 @@ def capacity(probe: Probe) -> tuple[float | None, bool]:
 
 
 def answer_line(result: dict[str, Any]) -> str:
-    """The answer in one line."""
+    """The answer in one line: each engine's median capacity over the seeds and its range."""
     stat = result["stat"]
     slo = " and ".join(f"{stat} {k.upper()} <= {b:g} ms" for k, b in result["slo"].items())
     parts = []
     for engine, r in result["engines"].items():
         rate = r["capacity_rate"]
         text = "misses the SLO at every rate tried" if rate is None else f"{rate:.3g} req/s"
+        low, high = r["band"]
+        if rate is not None and low is not None and high > low:
+            text += f" ({low:.3g}-{high:.3g} over {len(r['seed_rates'])} seeds)"
         if r["at_least"]:
             text = f"at least {text} (the highest rate tried)"
         parts.append(f"{engine} {text}")
@@ -156,7 +180,46 @@ def answer_line(result: dict[str, Any]) -> str:
     rates = [r["capacity_rate"] for r in result["engines"].values()]
     if len(rates) == 2 and all(rates):
         line += f" (async/sync x{rates[1] / rates[0]:.2f})"
-    return line
+    return line + f"; costs of hardware={result['hardware']}"
+
+
+def engine_capacity(
+    config: CbsimConfig, engine: str, opts: CapacityOptions, bar: Any
+) -> dict[str, Any]:
+    """One engine: a bisection per arrival seed, the curve on the first seed's arrivals."""
+    rates, at_least, curve = [], False, []
+    for i in range(opts.seeds):
+        w = dataclasses.replace(config.workload, seed=config.workload.seed + i)
+        probe = Probe(dataclasses.replace(config, workload=w), engine, opts, bar)
+        rate, top = capacity(probe)
+        rates.append(rate)
+        at_least = at_least or top
+        if i == 0:
+            n = opts.curve_points
+            for j in range(n):
+                probe(opts.rate_min * (opts.rate_max / opts.rate_min) ** (j / max(n - 1, 1)))
+            curve = probe.curve()
+    found = [r for r in rates if r is not None]
+    median = statistics.median(found) if len(found) == len(rates) else None
+    band = [min(found), max(found)] if found else [None, None]
+    return {
+        "capacity_rate": median,
+        "band": band,
+        "seed_rates": rates,
+        "at_least": at_least,
+        "curve": curve,
+    }
+
+
+def _bar(opts: CapacityOptions, engines: list[str], show: bool) -> Any:
+    if not (opts.progress and show):
+        return None
+    try:
+        import tqdm
+    except ImportError:
+        return None
+    total = opts.simulations() * len(engines)
+    return tqdm.tqdm(total=total, desc="capacity", unit="sim", file=sys.stderr)
 
 
 def run_capacity_task(config: CbsimConfig, run_dir: Path) -> dict[str, Any]:
@@ -174,19 +237,19 @@ def run_capacity_task(config: CbsimConfig, run_dir: Path) -> dict[str, Any]:
         "stat": opts.stat,
         "slo": slo_bounds(config),
         "requests": config.workload.total_requests,
+        "seeds": [config.workload.seed + i for i in range(opts.seeds)],
+        "hardware": config.hardware.name,
+        "hardware_source": config.hardware.source,
         "engines": {},
     }
-    for engine in engines:
-        probe = Probe(config, engine, opts)
-        rate, at_least = capacity(probe)
-        n = opts.curve_points
-        for i in range(n):
-            probe(opts.rate_min * (opts.rate_max / opts.rate_min) ** (i / max(n - 1, 1)))
-        result["engines"][engine] = {
-            "capacity_rate": rate,
-            "at_least": at_least,
-            "curve": probe.curve(),
-        }
+    bar = _bar(opts, engines, config.output.progress is not False)
+    try:
+        for engine in engines:
+            result["engines"][engine] = engine_capacity(config, engine, opts, bar)
+    finally:
+        if bar is not None:
+            bar.total = bar.n  # rates the curve shares with a bisection ran once
+            bar.close()
     result["answer"] = answer_line(result)
     atomic_write_json(Path(run_dir) / CAPACITY_FILE, result)
     write_capacity_page(result, Path(run_dir) / CAPACITY_PAGE, config.description)

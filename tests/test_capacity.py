@@ -53,18 +53,29 @@ def test_meets_needs_every_request_and_every_bound():
     assert not meets({**m, "p99_ttft_ms": None}, bounds, "p99", 10)
 
 
-def test_the_answer_is_one_line():
+def test_the_answer_is_one_line_with_the_range_over_seeds_and_whose_costs():
     result = {
         "stat": "p99",
         "slo": {"ttft": 1000.0, "tpot": 40.0},
+        "hardware": "h200",
         "engines": {
-            "sync": {"capacity_rate": 8.0, "at_least": False},
-            "async": {"capacity_rate": 15.6, "at_least": False},
+            "sync": {
+                "capacity_rate": 8.0,
+                "band": [8.0, 8.0],
+                "seed_rates": [8.0] * 3,
+                "at_least": False,
+            },  # fmt: skip
+            "async": {
+                "capacity_rate": 15.6,
+                "band": [14.1, 16.2],
+                "seed_rates": [15.6, 14.1, 16.2],
+                "at_least": False,
+            },  # fmt: skip
         },
     }
     assert answer_line(result) == (
         "capacity under p99 TTFT <= 1000 ms and p99 TPOT <= 40 ms: sync 8 req/s, "
-        "async 15.6 req/s (async/sync x1.95)"
+        "async 15.6 req/s (14.1-16.2 over 3 seeds) (async/sync x1.95); costs of hardware=h200"
     )
 
 
@@ -90,8 +101,14 @@ def test_the_cli_writes_the_curve_and_prints_the_answer(tmp_path):
     assert line == result["answer"] and "sync" in line and "async" in line
     assert set(result["engines"]) == {"sync", "async"}
     assert len(result["engines"]["sync"]["curve"]) >= 3 + 2
+    seeds = result["seeds"]
+    for e in result["engines"].values():
+        assert len(e["seed_rates"]) == len(seeds) >= 2
+        assert e["band"][0] <= e["capacity_rate"] <= e["band"][1]
     html = (tmp_path / "run" / "capacity.html").read_text()
     assert result["answer"] in html.replace("&lt;", "<")
+    assert "range over the seeds" in html and f"hardware={result['hardware']}" in html
+    assert r.stdout.strip().splitlines()[-1].endswith("capacity.html")
 
 
 def test_an_offline_workload_or_no_slo_is_refused(tmp_path):

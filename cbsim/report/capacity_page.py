@@ -91,11 +91,29 @@ def write_capacity_page(result: dict[str, Any], path: Path, description: str = "
     page.para(f"<b>{esc(result['answer'])}</b>", "lead")
     if description:
         page.para(esc(description), "note")
+    seeds = result.get("seeds") or []
     page.para(
         f"Each engine's capacity is found by bisection over simulated runs of "
-        f"{result['requests']} requests, the arrival rate alone changed (filled markers meet "
-        "the SLO, open ones miss it; a run that did not finish every request misses).",
+        f"{result['requests']} requests, the arrival rate alone changed, once for each of "
+        f"{len(seeds)} arrival draws (seeds {', '.join(map(str, seeds))}): the capacity is their "
+        "median, the range their spread. The curve is the first draw's (filled markers meet "
+        "the SLO, open ones miss it; a run that did not finish every request misses). Costs of "
+        f"hardware={esc(str(result.get('hardware')))}: {esc(str(result.get('hardware_source')))}.",
         "note",
+    )
+    page.add(
+        table(
+            ["engine", "capacity (req/s)", "range over the seeds", "per seed"],
+            [
+                [
+                    engine,
+                    _rate(r["capacity_rate"]),
+                    " - ".join(_rate(v) for v in r["band"]),
+                    ", ".join(_rate(v) for v in r["seed_rates"]),
+                ]
+                for engine, r in in_order(result["engines"], ENGINE_ORDER).items()
+            ],
+        )
     )
     page.figure(capacity_figure(result), "capacity")
     slo = in_order(result["slo"], LATENCY_ORDER)
@@ -113,6 +131,10 @@ def write_capacity_page(result: dict[str, Any], path: Path, description: str = "
     keys = [f"{result['stat']} {k.upper()} (ms)" for k in slo]
     page.add(table(["engine", "rate (req/s)", *keys, "meets the SLO"], rows))
     return page.write(path)
+
+
+def _rate(v: Any) -> str:
+    return "misses" if v is None else f"{v:.3g}"
 
 
 def _ms(v: Any) -> str:
