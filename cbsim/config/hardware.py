@@ -51,6 +51,13 @@ def check_non_negative(prefix: str, obj: object, keys: Iterable[str]) -> None:
     check_keys(prefix, obj, keys, lambda v: v >= 0, ">= 0")
 
 
+def device_matches(device_name: str, gpu_name: str) -> bool:
+    """Whether a profile's ``device_name`` names the GPU torch calls ``gpu_name`` (an empty
+    device_name names none in particular, so it matches every GPU)."""
+    wanted = device_name.strip().casefold()
+    return not wanted or wanted in gpu_name.casefold()
+
+
 def kernel_table_files(path: str) -> list[Path]:
     """The CSV files ``hardware.kernel_table`` names: a file, or every ``*.csv`` of a directory;
     a relative path is tried against the working directory, then the repository root."""
