@@ -109,6 +109,16 @@ REJECTIONS = [
         "no thread_name",
     ),
     ("event without ph", _mutate(lambda o: o["traceEvents"].append({"name": "x"})), "'ph'"),
+    (
+        "negative copy rate",
+        _mutate(lambda o: o["otherData"].update(hardware={"name": "gpu", "copy_bytes_per_s": -1})),
+        "hardware.copy_bytes_per_s",
+    ),
+    (
+        "unknown hardware basis",
+        _mutate(lambda o: o["otherData"].update(hardware={"basis": "guess"})),
+        "hardware.basis",
+    ),
 ]
 
 

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from cbsim.config.hardware import HardwareConfig
 from cbsim.config.schema import CbsimConfig
 from cbsim.run_setup import RunSetup, setup_run
 from cbsim.sim.host_phases import HostPhases
@@ -14,6 +15,7 @@ from cbsim.sim.loop import LOOPS
 from cbsim.sim.progress import run_with_progress
 from cbsim.trace import Trace, TraceBuilder
 from cbsim.trace import schema as S
+from cbsim.trace.hardware import BASIS_PROFILE
 
 log = logging.getLogger("cbsim.sim")
 
@@ -60,9 +62,7 @@ def simulate(
     eng, hw = setup.engine, config.hardware
     trace = None
     if want_trace:
-        trace = TraceBuilder(
-            "sim", {"engine": engine, "hardware": {"name": hw.name, "source": hw.source}}
-        )
+        trace = TraceBuilder("sim", {"engine": engine, "hardware": profile_hardware(hw)})
         if eng.streams == "default":
             trace.declare_lane(S.DEFAULT)
     sim = HostPhases(config, setup, trace)
@@ -94,6 +94,19 @@ def simulate(
         "counters": None,
     }
     return SimResult(engine, None, tables, mem, counts)
+
+
+def profile_hardware(hw: HardwareConfig) -> dict[str, Any]:
+    """otherData.hardware of a simulation: the profile's GPU, labelled as the profile's (no
+    machine was read or measured)."""
+    return {
+        "basis": BASIS_PROFILE,
+        "name": hw.name,
+        "source": hw.source,
+        "device_name": hw.device_name,
+        "memory_bytes": hw.memory_bytes,
+        "hbm_bandwidth": hw.hbm_bandwidth,
+    }
 
 
 def _run(

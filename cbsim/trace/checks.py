@@ -11,6 +11,7 @@ from typing import Any
 
 from cbsim.trace import schema as S
 from cbsim.trace.errors import TraceError
+from cbsim.trace.hardware import check_hardware
 from cbsim.trace.merge import is_merged, split_merged
 from cbsim.trace.model import Trace
 
@@ -114,6 +115,7 @@ def _check_other(other: Any) -> None:
     for key in ("config", "memory", "counters", "kineto"):
         if other.get(key) is not None and not isinstance(other[key], dict):
             raise TraceError(f"otherData.{key} must be an object")
+    check_hardware(other.get("hardware"))
     _check_tree(other, "otherData")
 
 
