@@ -102,7 +102,36 @@ def test_hbm_bandwidth_against_the_floor():
     m = compute_metrics(b.build())
     assert m["hbm_tbps_mean"] == pytest.approx((weights + kv) / 0.01 / 1e12)
     assert m["hbm_floor_fraction"] == pytest.approx((weights + kv) / 4.0e12 / 0.01)
+    assert m["hbm_floor_basis"] == "profile" and m["hbm_floor_tbps"] == pytest.approx(4.0)
     assert compute_metrics(small_config_free_trace())["hbm_tbps_mean"] is None
+
+
+def test_the_hbm_floor_is_the_measured_copy_rate_when_the_recording_has_one():
+    # an H100 recorded with an H200 profile: the floor is the H100's own 3.03 TB/s copy rate,
+    # not the profile's fitted 5.63 TB/s
+    from dataclasses import asdict
+
+    from cbsim.config.schema import ModelConfig
+    from cbsim.metrics import weight_bytes_read_per_step
+
+    model = asdict(ModelConfig())
+    moved = weight_bytes_read_per_step(model)
+    config = {"model": model, "hardware": {"hbm_bandwidth": 5.63e12}}
+
+    def floor(hardware):
+        b = TraceBuilder("runtime", {"config": config, "hardware": hardware})
+        b.span(S.COMPUTE, S.FORWARD, 0.0, 6_000.0, step=0)  # 6 ms
+        return compute_metrics(b.build())
+
+    h100 = {"basis": "device", "name": "NVIDIA H100 80GB HBM3", "copy_bytes_per_s": 3.03e12}
+    m = floor(h100)
+    assert m["hbm_floor_basis"] == "measured copy rate"
+    assert m["hbm_floor_fraction"] == pytest.approx(moved / 3.03e12 / 0.006)
+    assert m["hbm_floor_tbps"] == pytest.approx(3.03)
+    # a profile's figures (a simulation) or a recording without a measurement: the profile's
+    for hw in ({**h100, "basis": "profile"}, {"name": "NVIDIA H100 80GB HBM3"}):
+        assert floor(hw)["hbm_floor_basis"] == "profile"
+        assert floor(hw)["hbm_floor_fraction"] == pytest.approx(moved / 5.63e12 / 0.006)
 
 
 def small_config_free_trace():

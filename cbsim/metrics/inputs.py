@@ -61,6 +61,8 @@ class MetricInputs:
     memory: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] | None = None
     counters: dict[str, Any] | None = None
+    # otherData.hardware: the machine a recording measured (its copy rate), or the profile
+    hardware: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         spans = _with_columns(self.spans, SPAN_FIELDS)
@@ -102,6 +104,7 @@ def inputs_from_trace(trace: Trace) -> MetricInputs:
     memory = other.get("memory")
     config = other.get("config")
     counters = other.get("counters")
+    hardware = other.get("hardware")
     return MetricInputs(
         spans=trace.spans,
         instants=inst[keep],
@@ -111,4 +114,5 @@ def inputs_from_trace(trace: Trace) -> MetricInputs:
         memory=memory if isinstance(memory, dict) else {},
         config=config if isinstance(config, dict) else None,
         counters=counters if isinstance(counters, dict) else None,
+        hardware=hardware if isinstance(hardware, dict) else None,
     )

@@ -11,8 +11,11 @@ import pandas as pd
 from cbsim.config.schema import ModelConfig
 from cbsim.metrics.inputs import MetricInputs
 from cbsim.trace import schema as S
+from cbsim.trace.hardware import measured_copy_rate
 
 PERCENTILES = (50, 90, 99)
+# hbm_floor_basis: what the HBM floor's rate is
+FLOOR_MEASURED, FLOOR_PROFILE = "measured copy rate", "profile"
 MODEL_FIELDS = set(ModelConfig.__dataclass_fields__)
 
 
@@ -112,7 +115,7 @@ def timeline_metrics(inp: MetricInputs) -> dict[str, Any]:
     )
     for key in ("io_buffer_bytes", "graph_pool_bytes", "graph_pool_bytes_unshared"):
         out[key] = inp.memory.get(key)
-    out.update(bandwidth_metrics(forwards, inp.config))
+    out.update(bandwidth_metrics(forwards, inp.config, inp.hardware))
     counts = inp.counters
     if spans.empty and isinstance(counts, dict) and counts.get("steps"):
         out.update(untraced_metrics(counts))
@@ -156,25 +159,40 @@ def weight_bytes_read_per_step(model: dict[str, Any]) -> float:
     return shape.weight_bytes - (0 if shape.tie_word_embeddings else embedding)
 
 
-def bandwidth_metrics(forwards: pd.DataFrame, config: dict[str, Any] | None) -> dict[str, Any]:
+def bandwidth_metrics(
+    forwards: pd.DataFrame, config: dict[str, Any] | None, hardware: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Achieved HBM bandwidth per forward: (weights + live KV bytes) / forward time, and the
-    share of the roofline floor (those bytes at the hardware's copy bandwidth) it reaches."""
-    out: dict[str, Any] = {"hbm_tbps_mean": None, "hbm_floor_fraction": None}
-    if config is None or forwards.empty or "model" not in config or "hardware" not in config:
+    share of the floor (those bytes at a copy rate) it reaches. The rate is the one the run's
+    machine measured (otherData.hardware) when there is one: a profile's hbm_bandwidth may be
+    fitted, or another GPU's."""
+    out: dict[str, Any] = {
+        "hbm_tbps_mean": None,
+        "hbm_floor_fraction": None,
+        "hbm_floor_basis": None,
+        "hbm_floor_tbps": None,
+    }
+    if config is None or forwards.empty or "model" not in config:
         return out
+    measured = measured_copy_rate(hardware)
     try:
         weights = weight_bytes_read_per_step(config["model"])
         kv_per_token = ModelConfig(
             **{k: v for k, v in config["model"].items() if k in MODEL_FIELDS}
         ).kv_bytes_per_token
-        peak = float(config["hardware"]["hbm_bandwidth"])
+        if measured is not None:
+            peak, basis = measured[0], FLOOR_MEASURED
+        else:
+            peak, basis = float(config["hardware"]["hbm_bandwidth"]), FLOOR_PROFILE
     except (TypeError, ValueError, KeyError):
         return out
     dur_s = forwards["dur"].to_numpy() / 1e6
     moved = weights + forwards["kv_tokens"].to_numpy() * kv_per_token
     ok = dur_s > 0
-    if not ok.any():
+    if not ok.any() or not peak > 0:
         return out
     out["hbm_tbps_mean"] = float(moved[ok].sum() / dur_s[ok].sum() / 1e12)
     out["hbm_floor_fraction"] = float((moved[ok] / peak).sum() / dur_s[ok].sum())
+    out["hbm_floor_basis"] = basis
+    out["hbm_floor_tbps"] = peak / 1e12
     return out
