@@ -126,7 +126,9 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
             name = trace_name(engine, len(engines) == 1, bool(out.trace_gzip))
             log.debug("trace: %s", write_trace(trace, run_dir / name))
         memory = trace.other_data.get("memory") or {}
-        fit = device_fit(memory, config.hardware.memory_bytes)
+        # a recording checked its fit against its device's own memory (runtime/machine.py)
+        available = (trace.other_data.get("device_fit") or {}).get("bytes_available")
+        fit = device_fit(memory, available or config.hardware.memory_bytes)
         runs[engine] = (trace, {**compute_metrics(trace), **fit})
     traces = {e: t for e, (t, _) in runs.items() if t is not None}
     if out.trace and len(traces) > 1:  # both engines on one time axis, one Perfetto process each

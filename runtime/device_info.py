@@ -1,46 +1,15 @@
-"""Facts the runtime reads from outside the config: the machine it runs on (for the trace's
-otherData.hardware) and, for a checkpoint or a model passed in, the model's own vocabulary,
-context and EOS token (they may differ from model.*)."""
+"""Facts the runtime reads from outside the config: for a checkpoint or a model passed in, the
+model's own vocabulary, context and EOS token (they may differ from model.*), and the BLAS
+library torch's GEMMs go to. The machine itself is runtime/machine.py."""
 
 from __future__ import annotations
 
-import platform
 from typing import Any
 
 import torch
 
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import ModelConfig
-
-
-def hardware_info(device: torch.device) -> dict[str, Any]:
-    import transformers
-
-    info = {
-        "device": str(device),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
-    }
-    if device.type != "cuda":
-        info["name"] = "cpu"
-        return info
-    props = torch.cuda.get_device_properties(device)
-    info.update(
-        name=props.name,
-        cuda=torch.version.cuda,
-        memory_bytes=props.total_memory,
-        sms=props.multi_processor_count,
-    )
-    try:
-        import triton
-
-        info["triton"] = triton.__version__
-    except ImportError:
-        pass
-    return info
 
 
 def checkpoint_facts(cfg: ModelConfig, model: torch.nn.Module | None = None) -> dict[str, Any]:

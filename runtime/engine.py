@@ -5,7 +5,8 @@
 all go through it. The run starts from `cbsim.run_setup.setup_run`, the simulator's setup, and
 everything that can be refused is refused before the model is built: a request longer than the
 model context or the KV cache, token ids outside the vocabulary, engine=async without CUDA, a
-configuration that does not fit the device. A CUDA out-of-memory while
+configuration that does not fit the device's own memory (host RAM on a CPU). A profile made on
+another GPU (hardware.device_name) draws a one-line warning. A CUDA out-of-memory while
 building names the config values to lower. Ctrl-C (KeyboardInterrupt) during the loop stops it,
 finishes the trace so far (otherData.interrupted = true) and raises `Interrupted`, a
 KeyboardInterrupt whose `.trace` holds that partial trace, so the caller can still write it.
@@ -28,8 +29,9 @@ from cbsim.trace import Trace
 from cbsim.workload import Request, check_requests_fit
 
 from .collector import collector_frozen
-from .device_info import checkpoint_facts, hardware_info
+from .device_info import checkpoint_facts
 from .loop import LoopState, run_async, run_sync
+from .machine import device_memory_bytes, read_machine, warn_if_other_gpu
 from .recorder import Recorder
 from .runner import ModelRunner
 from .streams import EventRing, Streams
@@ -101,7 +103,8 @@ def plan_run(
     config: CbsimConfig, engine: str, device: torch.device, model: torch.nn.Module | None
 ) -> RunSetup:
     """The shared setup, with the runtime's own refusals: a vocabulary or context a checkpoint
-    sets differently from model.*, and a device the run does not fit."""
+    sets differently from model.*, and a device the run does not fit: its own memory
+    (runtime/machine.py: device_memory_bytes), not the profile's hardware.memory_bytes."""
     facts = checkpoint_facts(config.model, model)  # {} for random weights: model.* is the model
     setup = setup_run(
         config,
@@ -119,14 +122,21 @@ def plan_run(
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    fit = setup.fit
+    available = device_memory_bytes(device)
+    fit = setup.fit = dataclasses.replace(
+        setup.fit, bytes_available=available, fits=setup.fit.bytes_needed <= available
+    )
     if not fit.fits:
         parts = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in fit.parts.items())
+        has = (
+            f"{device} has {available / 2**30:.2f} GiB"
+            if device.type == "cuda"
+            else f"the host has {available / 2**30:.2f} GiB of RAM available (mode.device=cpu)"
+        )
         raise ConfigError(
-            f"the run needs {fit.bytes_needed / 2**30:.2f} GiB of device memory ({parts}) "
-            f"against hardware.memory_bytes={fit.bytes_available} "
-            f"({fit.bytes_available / 2**30:.2f} GiB); lower workload.kv_num_blocks, "
-            "workload.batch_size or workload.max_batch_tokens, or pick a smaller model"
+            f"the run needs {fit.bytes_needed / 2**30:.2f} GiB of device memory ({parts}) and "
+            f"{has}; lower workload.kv_num_blocks, workload.batch_size or "
+            "workload.max_batch_tokens, or pick a smaller model"
         )
     return setup
 
@@ -199,6 +209,8 @@ def execute(
     device = check_device(config, engine, cpu_emulation)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # events, anchors and graphs all on this one device
+    machine = read_machine(device)  # before the model: the copy rate is timed on an idle GPU
+    warn_if_other_gpu(config.hardware, machine)
     setup = plan_run(config, engine, device, model)
     t_setup = time.perf_counter()
     runner, streams = build(config, setup, device, cpu_emulation, model)
@@ -226,7 +238,7 @@ def execute(
     if streams.cuda:
         rec.measure_drift()
     summary = summarize(state, setup, wall_s, setup_s, gc_counts)
-    other = other_data(engine, runner, setup, summary, device, config, interrupted, streams.mode)
+    other = other_data(engine, runner, setup, summary, machine, config, interrupted, streams.mode)
     trace = rec.build(other)
     if interrupted:
         raise Interrupted(trace)
@@ -267,14 +279,14 @@ def other_data(
     runner: ModelRunner,
     setup: RunSetup,
     summary: dict[str, Any],
-    device: torch.device,
+    machine: dict[str, Any],
     config: CbsimConfig,
     interrupted: bool,
     streams: str | None,
 ) -> dict[str, Any]:
     return {
         "engine": engine,
-        "hardware": hardware_info(device),
+        "hardware": machine,
         "memory": {
             **runner.memory,
             # without the shared pool each slot would hold its own: slots x one slot's pool
