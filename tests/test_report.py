@@ -317,3 +317,44 @@ def test_the_why_weighs_host_work_per_step_against_the_forward(source):
         "Why: in sync, the host works 0.49 ms a step (launch, prepare, update, schedule) "
         "against a 1.28 ms forward; at most 28% of a step is there to hide."
     )
+
+
+H100 = {
+    "basis": "device",
+    "name": "NVIDIA H100 80GB HBM3",
+    "sms": 132,
+    "memory_bytes": 85_017_624_576,
+    "capability": "9.0",
+    "copy_bytes_per_s": 3.03e12,
+    "copy_of": "device memory",
+    "host_cpu": "Intel(R) Xeon(R) Platinum 8480+",
+    "host_cores": 16,
+    "host_ram_bytes": 128 * 2**30,
+}
+
+
+def test_a_recordings_report_names_its_gpu_its_profile_and_the_floors_rate(tmp_path):
+    from dataclasses import asdict
+
+    cfg = make_config(["engine=sync"])  # the default profile: h200, calibrated from 60 traces
+    trace = loop_trace("sync", 30)
+    trace.other_data.update(source="runtime", hardware=H100, config=asdict(cfg))
+    runs = {"sync": (trace, compute_metrics(trace))}
+    html = write_run_report(runs, cfg, tmp_path / "report.html").read_text()
+    assert "llama3_8b on NVIDIA H100 80GB HBM3 (profile h200)" in html
+    assert "132 SMs · 79.2 GiB · compute 9.0 · copy 3.03 TB/s measured" in html
+    assert "Intel(R) Xeon(R) Platinum 8480+ · 16 cores · 128 GiB RAM" in html
+    assert "3.03 TB/s (measured copy rate)" in html  # what "of the HBM floor" divides by
+    # the profile and its source in a line, not its 60 trace files
+    assert "calibrated from 60 runtime traces of h200_run" in html
+    assert "trace_async.json.gz" not in html
+
+
+def test_titles_name_a_kineto_imports_device_and_a_simulations_profile():
+    from cbsim.report.run_report import page_title
+
+    kineto = TraceBuilder("kineto", {"kineto": {"devices": ["NVIDIA H200"]}}).build()
+    assert page_title(["trace"], None, [kineto]).endswith("kineto trace on NVIDIA H200")
+    cfg = make_config(["engine=sync"])
+    sim = loop_trace("sync", 3)
+    assert "llama3_8b on h200 · batch" in page_title(["sync"], cfg, [sim])

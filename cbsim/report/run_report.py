@@ -11,6 +11,7 @@ from cbsim.report.charts import stacked_steps_figure, step_time_figure, time_spl
 from cbsim.report.frames import RunFrames, run_frames
 from cbsim.report.html import Page, esc, table
 from cbsim.report.kernels import kernels_section
+from cbsim.report.machine import recorded_on
 from cbsim.report.serving import (
     cdf_figure,
     is_online,
@@ -101,11 +102,19 @@ def hazards_section(page: Page, frames: list[RunFrames]) -> None:
 
 
 def page_title(engines: list[str], config: CbsimConfig | None, traces: list[Trace]) -> str:
+    """The runs, the model and the machine: the device a recording ran on (with the profile
+    its config named), or the profile a simulation ran with."""
+    device = recorded_on(traces)
     if config is None:
         sources = " + ".join(dict.fromkeys(t.source or "trace" for t in traces))
-        return f"cbsim · {' vs '.join(engines)} · {sources} trace{'s' if len(traces) > 1 else ''}"
+        on = f" on {device}" if device else ""
+        return (
+            f"cbsim · {' vs '.join(engines)} · {sources} trace{'s' if len(traces) > 1 else ''}{on}"
+        )
+    h = config.hardware.name
     return (
-        f"cbsim · {' vs '.join(engines)} · {config.model.name} on {config.hardware.name} "
+        f"cbsim · {' vs '.join(engines)} · {config.model.name} on "
+        f"{f'{device} (profile {h})' if device else h} "
         f"· batch {config.workload.batch_size} · {config.mode.name}"
     )
 
@@ -141,7 +150,8 @@ def build_page(
     )
     if bands:
         tables.append(bands_table(bands))
-    tables.append(config_table(config) if config is not None else recorded_table(traces))
+    first = next(iter(traces.values())).other_data if traces else {}
+    tables.append(config_table(config, first) if config is not None else recorded_table(traces))
     page.add('<div class="grid">' + "".join(f"<div>{t}</div>" for t in tables) + "</div>")
     if is_online(metrics):
         serving_section(page, traces, metrics)

@@ -9,6 +9,7 @@ from typing import Any
 from cbsim.config import CbsimConfig
 from cbsim.metrics import SUMMARY_ROWS, compare_metrics
 from cbsim.report.html import table
+from cbsim.report.machine import device_summary, floor_basis, host_summary, profile_source
 from cbsim.trace.model import Trace
 
 HOST_ROWS = 8  # host phases in the metrics table, the largest per step first
@@ -94,6 +95,9 @@ def metrics_table(metrics: dict[str, dict[str, Any]]) -> str:
         [label, *(_fmt(metrics[n].get(key), fmt) for n in names)]
         for label, key, fmt in SUMMARY_ROWS
     ]
+    if any(floor_basis(metrics[n]) for n in names):
+        at = rows.index(next(r for r in rows if r[0] == "of the HBM floor")) + 1
+        rows.insert(at, ["  floor at", *(floor_basis(metrics[n]) or "-" for n in names)])
     rows.append(
         [
             "GPU forward mean (ms)",
@@ -170,8 +174,9 @@ def bands_table(bands: dict[str, Any]) -> str:
     return table([title, *q], rows)
 
 
-def config_table(config: CbsimConfig) -> str:
-    """The key values of the run config."""
+def config_table(config: CbsimConfig, other: dict[str, Any] | None = None) -> str:
+    """The key values of the run config, and the machine a recording (``other``: its
+    otherData) ran on."""
     e, w, m, h = config.engine, config.workload, config.model, config.hardware
     dist = {"fixed": ""}
     rows = [
@@ -186,7 +191,9 @@ def config_table(config: CbsimConfig) -> str:
             "model",
             f"{m.name} ({m.num_params / 1e9:.2f} B params, {m.num_layers} layers, {m.dtype})",
         ],
-        ["hardware", f"{h.name} ({h.source})"],
+        ["hardware profile", f"{h.name} ({profile_source(h.source)})"],
+        *([["recorded on", device]] if (device := device_summary(other or {})) else []),
+        *([["host", host]] if (host := host_summary(other or {})) else []),
         ["batch size · requests", f"{w.batch_size} · {w.total_requests}"],
         [
             "prompt · generated tokens",
@@ -211,7 +218,10 @@ def recorded_table(traces: dict[str, Trace]) -> str:
 
     rows = []
     for label, path in RECORDED_ROWS:
-        cells = [get(traces[n], *path) for n in names]
+        if label in MACHINE_ROWS:
+            cells = [MACHINE_ROWS[label](traces[n].other_data) for n in names]
+        else:
+            cells = [get(traces[n], *path) for n in names]
         if all(c in (None, "", [], {}) for c in cells):
             continue
         rows.append(
@@ -229,6 +239,7 @@ RECORDED_ROWS = (
     ("prompt tokens (mean)", ("config", "workload", "prompt_len")),
     ("generated tokens (mean)", ("config", "workload", "gen_len")),
     ("device", ("hardware", "name")),
+    ("host", ()),
     ("torch · CUDA", ("hardware", "torch")),
     ("transformers", ("hardware", "transformers")),
     ("attention", ("attention",)),
@@ -236,6 +247,10 @@ RECORDED_ROWS = (
     ("IO slots", ("io_slots",)),
     ("overrides", ("config_overrides",)),
 )
+
+
+# rows of the recorded table written from otherData as a whole (cbsim/report/machine.py)
+MACHINE_ROWS = {"device": device_summary, "host": host_summary}
 
 
 def _txt(v: Any) -> str:
