@@ -60,7 +60,7 @@ def device_summary(other: dict[str, Any]) -> str | None:
         rate, of = copy
         what = "host memory copy" if of == COPY_OF_HOST else "copy"
         cached = " (cached)" if hw.get("copy_cached") else ""
-        parts.append(f"{what} {rate / 1e12:.2f} TB/s measured{cached}")
+        parts.append(f"{what} {rate_text(rate)} measured{cached}")
     return " · ".join(parts)
 
 
@@ -82,4 +82,11 @@ def floor_basis(metrics: dict[str, Any]) -> str | None:
     rate, basis = metrics.get("hbm_floor_tbps"), metrics.get("hbm_floor_basis")
     if rate is None or not basis:
         return None
-    return f"{rate:.2f} TB/s ({basis})"
+    return f"{rate_text(rate * 1e12)} ({basis})"
+
+
+def rate_text(bytes_per_s: float) -> str:
+    """TB/s for a GPU's memory, GB/s for a host's (0.00 TB/s would say nothing)."""
+    if bytes_per_s >= 1e11:
+        return f"{bytes_per_s / 1e12:.2f} TB/s"
+    return f"{bytes_per_s / 1e9:.1f} GB/s"
