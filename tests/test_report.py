@@ -336,7 +336,7 @@ H100 = {
 def test_a_recordings_report_names_its_gpu_its_profile_and_the_floors_rate(tmp_path):
     from dataclasses import asdict
 
-    cfg = make_config(["engine=sync"])  # the default profile: h200, calibrated from 60 traces
+    cfg = make_config(["engine=sync"])  # the default profile: h200
     trace = loop_trace("sync", 30)
     trace.other_data.update(source="runtime", hardware=H100, config=asdict(cfg))
     runs = {"sync": (trace, compute_metrics(trace))}
@@ -345,9 +345,17 @@ def test_a_recordings_report_names_its_gpu_its_profile_and_the_floors_rate(tmp_p
     assert "132 SMs · 79.2 GiB · compute 9.0 · copy 3.03 TB/s measured" in html
     assert "Intel(R) Xeon(R) Platinum 8480+ · 16 cores · 128 GiB RAM" in html
     assert "3.03 TB/s (measured copy rate)" in html  # what "of the HBM floor" divides by
-    # the profile and its source in a line, not its 60 trace files
-    assert "calibrated from 60 runtime traces of h200_run" in html
-    assert "trace_async.json.gz" not in html
+    assert "fitted by +experiment=calibrate on experiments/recordings/h200/fit_a" in html
+
+
+def test_a_profiles_source_reads_in_a_line_not_as_its_trace_files():
+    from cbsim.report.machine import profile_source
+
+    files = [f"run{i // 20}/case_{i}/trace_{e}.json.gz" for i in range(30) for e in ("a", "s")]
+    source = f"calibrated from {len(files)} runtime trace(s): " + ", ".join(files)
+    assert profile_source(source) == "calibrated from 60 runtime traces of run0, run1"
+    assert profile_source("H100 datasheet") == "H100 datasheet"
+    assert len(profile_source("x" * 1000)) == 300
 
 
 def test_titles_name_a_kineto_imports_device_and_a_simulations_profile():

@@ -14,7 +14,7 @@ from cbsim.trace.model import Trace
 # its sessions (the first folder of each path) in the report
 TRACE_LIST = re.compile(r"^(?P<head>.*?\b(?P<n>\d+) runtime trace\(s\)):\s*(?P<paths>.+)$", re.S)
 SESSIONS_SHOWN = 3
-SOURCE_CHARS = 200
+SOURCE_CHARS = 300
 
 
 def recorded_on(traces: list[Trace]) -> str | None:
