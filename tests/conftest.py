@@ -26,6 +26,19 @@ RECORDINGS = REPO / "experiments" / "recordings"
 UNFITTED = "hardware=h200_estimates"
 
 
+def assert_nests(trace) -> None:
+    """Every lane of ``trace`` (a Trace, or a path to a trace file) nests as Perfetto reads it:
+    no span starts inside another and ends past it."""
+    from cbsim.trace.checks import badly_nested
+    from cbsim.trace.load import load_json
+
+    if isinstance(trace, (str, Path)):
+        events = load_json(trace)["traceEvents"]
+    else:
+        events = trace.events
+    assert badly_nested(events) == []
+
+
 def compose_cfg(overrides: list[str] | None = None) -> DictConfig:
     with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
         return compose(config_name="config", overrides=overrides or [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import assert_nests
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -160,6 +161,7 @@ def test_trace_has_every_lane_phase_and_request_event(config_factory):
     launch = host[host.name == S.LAUNCH].set_index("step")
     f = fwd.set_index("step")
     assert (f.ts >= launch.ts.reindex(f.index) - 1e-3).all()
+    assert_nests(trace)
 
 
 def test_tracing_off_records_no_events_but_counts(config_factory):
@@ -255,6 +257,7 @@ def test_cpu_emulation_of_async_order_and_graph_buckets(config_factory, case, en
     assert result.trace.other_data["streams"] is None  # a CPU has none
     names = set(result.trace.spans[result.trace.spans.lane == S.COMPUTE].name)
     assert S.GRAPH_REPLAY in names
+    assert_nests(result.trace)
 
 
 def test_out_of_memory_at_start_names_the_values_to_lower(config_factory, monkeypatch):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from conftest import assert_nests
 from synthetic_trace import loop_trace
 
 from cbsim.metrics import compute_metrics
@@ -20,6 +22,7 @@ from cbsim.trace import (
     write_trace,
 )
 from cbsim.trace import schema as S
+from cbsim.trace.checks import badly_nested
 from cbsim.trace.perfetto import FLOW_CAT, REQUEST_SLICE_CAT, with_derived
 
 
@@ -136,6 +139,7 @@ def test_a_merged_trace_holds_sync_and_async_as_two_named_processes(tmp_path):
         assert sorted(json.dumps(e, sort_keys=True) for e in back[label].events) == sorted(
             json.dumps(e, sort_keys=True) for e in with_derived(trace).events
         )
+    assert_nests(merged)
     flow_ids = [e["id"] for e in merged.events if e.get("cat") == FLOW_CAT]
     assert len(flow_ids) == len(set(flow_ids)) * 2  # no run shares a flow id with the other
     assert read_traces(write_trace(runs["sync"], tmp_path / "s.json")).keys() == {"sync"}
@@ -172,16 +176,77 @@ def test_the_report_and_the_api_read_a_merged_trace_as_its_runs(tmp_path):
     assert set(load_traces(path).traces) == {"sync", "async"}
 
 
-def test_a_compare_run_writes_the_merged_trace_beside_the_two(tmp_path):
-    from conftest import run_cli
+def test_a_compare_run_writes_one_gzipped_trace_per_engine_that_nests_and_reads_back(tmp_path):
+    from conftest import assert_nests, run_cli
+
+    from cbsim.api import load_traces
 
     out = tmp_path / "run"
     args = ["+experiment=small_batch", "engine=compare", "workload.gen_len=16"]
     proc = run_cli([*args, f"hydra.run.dir={out}", "output.report=false"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    runs = read_traces(out / "trace_compare.json")
-    assert list(runs) == ["sync", "async"]
-    for engine, trace in runs.items():
-        alone = read_trace(out / f"trace_{engine}.json")
-        assert compute_metrics(trace) == compute_metrics(alone)
-    assert "trace_compare.json" in (out / "finished.json").read_text()
+    traces = sorted(p.name for p in out.glob("trace*"))
+    assert traces == ["trace_async.json.gz", "trace_sync.json.gz"]
+    for name in traces:
+        assert_nests(out / name)
+    loaded = load_traces(*(out / name for name in traces))
+    assert set(loaded.traces) == {"sync", "async"}
+    assert '"trace_sync.json.gz"' in (out / "finished.json").read_text()
+
+
+def test_back_to_back_spans_still_nest_once_their_times_are_rounded_to_the_nanosecond():
+    durations = np.random.default_rng(0).uniform(0.0001, 3.0, 2000)
+    starts = np.concatenate(([0.0], np.cumsum(durations)[:-1]))
+    b = TraceBuilder("sim")
+    for ts, dur in zip(starts, durations):
+        b.span(S.HOST, S.PREPARE, ts, dur)
+    assert badly_nested(b.build().events) == []
+    naive = [
+        {"ph": "X", "name": "x", "pid": 1, "tid": 1, "ts": round(t, 3), "dur": round(d, 3)}
+        for t, d in zip(starts, durations)
+    ]
+    assert badly_nested(naive, limit=10**6)  # rounding each on its own crosses neighbours
+
+
+def test_a_span_that_crosses_another_on_any_lane_is_named():
+    events = [
+        {"ph": "X", "name": "wait", "pid": 1, "tid": 1, "ts": 0.0, "dur": 2.0},
+        {"ph": "X", "name": "update", "pid": 1, "tid": 1, "ts": 1.999, "dur": 1.0},
+        {"ph": "X", "name": "inner", "pid": 1, "tid": 1, "ts": 2.5, "dur": 0.5},
+        {"ph": "X", "name": "other lane", "pid": 1, "tid": 2, "ts": 1.0, "dur": 5.0},
+    ]
+    (only,) = badly_nested(events)
+    assert "span 1 ('update') starts inside span 0 ('wait') and ends 999 ns after it" in only
+
+
+def test_every_lane_and_process_has_a_sort_index_in_the_order_a_reader_expects():
+    trace = with_derived(loop_trace("async", 2))
+    index = {
+        (e["name"], e["pid"], e["tid"]): e["args"]["sort_index"]
+        for e in trace.events
+        if e["ph"] == "M" and e["name"].endswith("sort_index")
+    }
+    for (pid, tid), lane in trace.lane_of.items():
+        assert ("thread_sort_index", pid, tid) in index, lane
+    order = sorted(S.REQUIRED_LANES, key=lambda lane: index["thread_sort_index", *S.LANE_IDS[lane]])
+    assert order == [S.HOST, S.H2D, S.COMPUTE, S.D2H]
+    procs = sorted(S.PROCESS_NAMES, key=lambda pid: index["process_sort_index", pid, 0])
+    assert [S.PROCESS_NAMES[p] for p in procs] == ["cpu", "gpu", "requests"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("+experiment=seed", "workload.gen_len=96"),
+        ("+experiment=online", "workload.num_requests=48", "workload.rate=24"),
+    ],
+    ids=["seed", "online"],
+)
+def test_simulated_seed_and_online_traces_nest_on_every_lane_alone_and_merged(overrides):
+    from cbsim.api import simulate
+
+    result = simulate(*overrides, "mode.bands=false")
+    assert set(result.traces) == {"sync", "async"}
+    for trace in result.traces.values():
+        assert_nests(with_derived(trace))
+    assert_nests(merge_traces(result.traces))

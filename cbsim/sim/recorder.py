@@ -117,7 +117,8 @@ class Recorder:
             return len(self.builder.events)
         pids = {S.LANE_IDS[lane][0] for lane in self.lanes}
         spans = len(self.cols["ts"]) + sum(b["n"] for b in self.blocks)
-        return len(pids) + len(self.lanes) + spans + len(self.inst["ts"]) + self.samples
+        # a name and a sort index for each process and each lane
+        return 2 * (len(pids) + len(self.lanes)) + spans + len(self.inst["ts"]) + self.samples
 
     def tables(self) -> dict[str, Any]:
         """The span and instant tables (cbsim.metrics.MetricInputs' spans, instants, lanes)."""
@@ -155,8 +156,7 @@ class Recorder:
                 # compared often: categories are fast
                 "lane": pd.Categorical.from_codes(lanes.astype(np.int64), self.lanes),
                 "name": pd.array(col("name", object), dtype="str"),
-                "ts": round3(col("ts", np.float64)),
-                "dur": round3(col("dur", np.float64)),
+                **span_columns(col("ts", np.float64), col("dur", np.float64)),
                 **{k: col(k, np.int64) for k in SPAN_COLUMNS[:4]},
                 "kind": pd.array(col("kind", object), dtype="str"),
                 "new_tokens": col("new_tokens", np.int64),
@@ -170,6 +170,13 @@ class Recorder:
         inst["rid"] = rid if np.isnan(rid).any() else rid.astype(np.int64)
         lanes_out = [x for x in self.lanes if x != S.REQUESTS]
         return {"spans": spans, "instants": pd.DataFrame(inst), "lanes": lanes_out}
+
+
+def span_columns(ts: np.ndarray, dur: np.ndarray) -> dict[str, np.ndarray]:
+    """ts and dur as a trace writes them (cbsim.trace.builder.span_times): the rounded start,
+    and the rounded end minus it."""
+    start = round3(ts)
+    return {"ts": start, "dur": round3(round3(ts + dur) - start)}
 
 
 def round3(values: np.ndarray) -> np.ndarray:

@@ -42,6 +42,29 @@ def _round(t: float) -> float:
     return round(t, 3)
 
 
+def span_times(ts: float, dur: float) -> tuple[float, float]:
+    """A span's written ts and dur (us, to the nanosecond): the rounded start, and the rounded
+    end minus it. Rounding the duration by itself would put a span's end up to a nanosecond
+    past the next span's start, and Perfetto would nest the next span inside it."""
+    start = round(ts, 3)
+    return start, round(round(ts + dur, 3) - start, 3)
+
+
+def lane_metadata(kind: str, pid: int, tid: int, name: str, order: int) -> list[dict[str, Any]]:
+    """A process's or a thread's name and sort index: Perfetto orders processes and lanes by
+    their index (cpu, gpu, requests; host, H2D, compute, D2H), not by when they first appear."""
+    return [
+        {"ph": "M", "name": f"{kind}_name", "pid": pid, "tid": tid, "args": {"name": name}},
+        {
+            "ph": "M",
+            "name": f"{kind}_sort_index",
+            "pid": pid,
+            "tid": tid,
+            "args": {"sort_index": order},
+        },
+    ]
+
+
 class TraceBuilder:
     """Appends Chrome trace events; lanes are declared up front so empty lanes still exist."""
 
@@ -68,18 +91,8 @@ class TraceBuilder:
             return
         pid, tid = ids if ids is not None else S.LANE_IDS[lane]
         if not any(p == pid for p, _ in self._ids.values()):
-            self.events.append(
-                {
-                    "ph": "M",
-                    "name": "process_name",
-                    "pid": pid,
-                    "tid": 0,
-                    "args": {"name": S.PROCESS_NAMES[pid]},
-                }
-            )
-        self.events.append(
-            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}}
-        )
+            self.events.extend(lane_metadata("process", pid, 0, S.PROCESS_NAMES[pid], pid))
+        self.events.extend(lane_metadata("thread", pid, tid, lane, tid))
         self._ids[lane] = (pid, tid)
 
     # ---- keyword API --------------------------------------------------------------------
@@ -148,6 +161,7 @@ class TraceBuilder:
         """span() with its args dict built by the caller (``batch_args``); ``lane`` must be
         declared. The dict is stored as it is: do not change it afterwards unless on purpose."""
         pid, tid = self._ids[lane]
+        ts, dur = span_times(ts, dur)
         self.events.append(
             {
                 "ph": "X",
@@ -155,14 +169,15 @@ class TraceBuilder:
                 "cat": "host" if pid == self._host_pid else "gpu",
                 "pid": pid,
                 "tid": tid,
-                "ts": _round(ts),
-                "dur": _round(dur),
+                "ts": ts,
+                "dur": dur,
                 "args": args,
             }
         )
 
     def host_span(self, name: str, ts: float, dur: float, args: dict[str, Any]) -> None:
         """add_span() on the host lane (the hottest call: five per step)."""
+        ts, dur = span_times(ts, dur)
         self.events.append(
             {
                 "ph": "X",
@@ -170,8 +185,8 @@ class TraceBuilder:
                 "cat": "host",
                 "pid": self._host_pid,
                 "tid": self._host_tid,
-                "ts": _round(ts),
-                "dur": _round(dur),
+                "ts": ts,
+                "dur": dur,
                 "args": args,
             }
         )

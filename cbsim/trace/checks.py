@@ -218,3 +218,34 @@ def _no_overlap(lane: str, spans: list[tuple[float, float, int]]) -> None:
             )
         if e1 > e0:
             e0, i0 = e1, i1
+
+
+def badly_nested(events: list[dict[str, Any]], limit: int = 10) -> list[str]:
+    """Complete events that cross another on their lane (start inside it, end past it), in
+    integer nanoseconds as Perfetto reads them: Perfetto makes such a span a child of the one
+    it starts in and draws it wrong. Up to ``limit`` descriptions; [] when every lane nests."""
+    by_lane: dict[tuple[Any, Any], list[tuple[int, int, int]]] = {}
+    for i, e in enumerate(events):
+        if e.get("ph") == "X":
+            start = round(e["ts"] * 1000)
+            by_lane.setdefault((e.get("pid"), e.get("tid")), []).append(
+                (start, -(start + round(e["dur"] * 1000)), i)
+            )
+    out: list[str] = []
+    for (pid, tid), spans in by_lane.items():
+        spans.sort()
+        stack: list[tuple[int, int]] = []  # (end, event index) of the open enclosing spans
+        for start, neg_end, i in spans:
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if stack and -neg_end > stack[-1][0]:
+                j = stack[-1][1]
+                out.append(
+                    f"pid/tid {pid}/{tid}: span {i} ({events[i]['name']!r}) starts inside span "
+                    f"{j} ({events[j]['name']!r}) and ends {-neg_end - stack[-1][0]} ns after it"
+                )
+                if len(out) >= limit:
+                    return out
+                continue
+            stack.append((-neg_end, i))
+    return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from cbsim.trace import schema as S
+from cbsim.trace.builder import lane_metadata
 from cbsim.trace.errors import TraceError
 from cbsim.trace.model import Trace
 from cbsim.trace.perfetto import with_derived
@@ -49,7 +50,7 @@ def _as_process(trace: Trace, label: str, pid: int, id_offset: int) -> list[dict
         tids.setdefault(lane, FIRST_EXTRA_TID + len(tids) - len(MERGED_TIDS))
     out = [_meta("process_name", pid, 0, label), _meta("process_sort_index", pid, 0, pid)]
     for lane in dict.fromkeys(lane_of.values()):
-        out.append(_meta("thread_name", pid, tids[lane], lane))
+        out.extend(lane_metadata("thread", pid, tids[lane], lane, tids[lane]))
     for e in trace.events:
         if e.get("ph") == "M":
             continue
@@ -97,9 +98,9 @@ def _from_process(trace: Trace, pid: int, id_offset: int, other: dict[str, Any])
             raise TraceError(f"merged process {pid}: lane {lane!r} is not a trace format v1 lane")
         p, t = S.LANE_IDS[lane]
         if p not in declared:
-            events.append(_meta("process_name", p, 0, S.PROCESS_NAMES[p]))
+            events.extend(lane_metadata("process", p, 0, S.PROCESS_NAMES[p], p))
             declared.add(p)
-        events.append(_meta("thread_name", p, t, lane))
+        events.extend(lane_metadata("thread", p, t, lane, t))
     for e in trace.events:
         if e.get("ph") == "M" or e.get("pid") != pid:
             continue

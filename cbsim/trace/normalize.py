@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from cbsim.trace import schema as S
+from cbsim.trace.builder import span_times
 from cbsim.trace.model import Trace
 from cbsim.trace.perfetto import with_derived
 
@@ -62,7 +63,8 @@ def correct_drift(trace: Trace) -> Trace:
     for e in trace.events:
         if e.get("ph") == "X" and e.get("pid") != host_pid:
             ts, end = fix(e["ts"]), fix(e["ts"] + e["dur"])
-            e = {**e, "ts": round(ts, 3), "dur": round(end - ts, 3)}
+            start, dur = span_times(ts, end - ts)
+            e = {**e, "ts": start, "dur": dur}
         events.append(e)
     fixed = Trace(events=events, other_data={**trace.other_data, "clock_drift_corrected": True})
     return with_derived(fixed)
@@ -93,7 +95,8 @@ def correct_graph_start(trace: Trace, post_graph_host_us: float | None = None) -
             ready = launch_end.get(e.get("args", {}).get("step"), -math.inf) - post_graph_host_us
             end = e["ts"] + e["dur"]
             if e["ts"] < ready < end:
-                e = {**e, "ts": round(ready, 3), "dur": round(end - ready, 3)}
+                start, dur = span_times(ready, end - ready)
+                e = {**e, "ts": start, "dur": dur}
                 moved += 1
         events.append(e)
     if not moved:
