@@ -42,7 +42,7 @@ from cbsim.rundir import (
     write_finished,
 )
 from cbsim.sim import simulate
-from cbsim.trace import Trace, write_merged_trace, write_trace
+from cbsim.trace import Trace, write_trace
 
 log = logging.getLogger("cbsim")
 register_configs()
@@ -130,10 +130,6 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
         available = (trace.other_data.get("device_fit") or {}).get("bytes_available")
         fit = device_fit(memory, available or config.hardware.memory_bytes)
         runs[engine] = (trace, {**compute_metrics(trace), **fit})
-    traces = {e: t for e, (t, _) in runs.items() if t is not None}
-    if out.trace and len(traces) > 1:  # both engines on one time axis, one Perfetto process each
-        name = trace_name("compare", False, bool(out.trace_gzip))
-        log.debug("merged trace: %s", write_merged_trace(traces, run_dir / name))
     metrics = run_metrics({e: m for e, (_, m) in runs.items()})
     bands = _bands(config)
     if bands is not None:

@@ -218,13 +218,15 @@ def test_a_different_run_in_a_used_directory_replaces_all_of_the_earlier_one(tmp
     run_dir = tmp_path / "run"
     r = run_cli([*TINY, "engine=compare", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert (run_dir / "trace_sync.json").is_file() and (run_dir / "trace_async.json").is_file()
+    assert (run_dir / "trace_sync.json.gz").is_file() and (
+        run_dir / "trace_async.json.gz"
+    ).is_file()
     r = run_cli(
         [*TINY, "engine=async", "output.report=false", f"hydra.run.dir={run_dir}"], tmp_path
     )
     assert r.returncode == 0, r.stderr[-2000:]
     names = {p.name for p in run_dir.iterdir() if not p.name.startswith(".")}
-    assert names == {"cbsim.log", "trace.json", "metrics.json", "job_config.json", FINISHED_FILE}
+    assert names == {"cbsim.log", "trace.json.gz", "metrics.json", "job_config.json", FINISHED_FILE}
     marker = read_finished(run_dir)
     assert marker is not None and set(marker["files"]) == names - {"cbsim.log", FINISHED_FILE}
     assert (

@@ -106,7 +106,7 @@ def test_single_run_report_is_self_contained(tmp_path):
     assert html.startswith("<!DOCTYPE html>") and len(html) > 3_000_000  # plotly.js inline
     assert not re.search(r"<script[^>]+src=|<link[^>]+href=|@import|url\(http", html)
     assert "sync: 0." in html and "GPU idle" in html
-    assert "<code>trace.json</code>" in html and "ui.perfetto.dev" in html
+    assert "<code>trace.json.gz</code>" in html and "ui.perfetto.dev" in html
     assert "chrome://tracing" in html and "Hazards" not in html
     assert html.count('class="cbsim-plot"') == 4  # split, timeline (bars), step time, stacked
 

@@ -228,7 +228,9 @@ def test_every_lane_and_process_has_a_sort_index_in_the_order_a_reader_expects()
     }
     for (pid, tid), lane in trace.lane_of.items():
         assert ("thread_sort_index", pid, tid) in index, lane
-    order = sorted(S.REQUIRED_LANES, key=lambda lane: index["thread_sort_index", *S.LANE_IDS[lane]])
+    order = sorted(
+        S.REQUIRED_LANES, key=lambda lane: index[("thread_sort_index", *S.LANE_IDS[lane])]
+    )
     assert order == [S.HOST, S.H2D, S.COMPUTE, S.D2H]
     procs = sorted(S.PROCESS_NAMES, key=lambda pid: index["process_sort_index", pid, 0])
     assert [S.PROCESS_NAMES[p] for p in procs] == ["cpu", "gpu", "requests"]

@@ -307,15 +307,15 @@ class WorkloadConfig:
 class OutputConfig:
     """What a run writes into its Hydra run directory besides metrics.json and job_config.json.
 
-    None: decided by the kind of run. A single run writes its trace (plain JSON), its report and
-    prints its table; a sweep's job writes none of them (metrics.json holds every number the
-    sweep's summary needs, and 200 jobs of 8 MB each would be 1.6 GB), and a trace asked for in a
-    sweep is gzipped. true/false: always or never.
+    None: decided by the kind of run. A single run writes its trace, its report and prints its
+    table; a sweep's job writes none of them (metrics.json holds every number the sweep's summary
+    needs, and 200 jobs of 8 MB each would be 1.6 GB). true/false: always or never.
     """
 
     trace: bool | None = None
-    # trace.json.gz instead of trace.json (the seed workload's full trace is tens of MB as text)
-    trace_gzip: bool | None = None
+    # trace.json.gz, not trace.json (the seed workload's full trace is tens of MB as text and
+    # about a tenth of that gzipped); Perfetto opens either
+    trace_gzip: bool = True
     report: bool | None = None
     # print the metrics table at the end of the run
     print_table: bool | None = None
@@ -330,7 +330,7 @@ class OutputConfig:
 
         return OutputConfig(
             trace=pick(self.trace, True, False),
-            trace_gzip=pick(self.trace_gzip, False, True),
+            trace_gzip=self.trace_gzip,
             report=pick(self.report, True, False),
             print_table=pick(self.print_table, True, False),
             progress=pick(self.progress, True, False),

@@ -64,10 +64,10 @@ OVERVIEW_NOTES = {
 
 
 def trace_files(engines: list[str], gzip: bool) -> list[str]:
-    """The trace file names the app writes beside the report (cbsim.app.trace_name); a compare
-    run also writes both engines in one file (trace_compare)."""
+    """The trace file names the app writes beside the report (cbsim.app.trace_name): one per
+    engine."""
     single = len(engines) == 1
-    names = [f"trace_{e}" for e in engines] + ["trace_compare"] if not single else ["trace"]
+    names = [f"trace_{e}" for e in engines] if not single else ["trace"]
     return [n + ".json" + (".gz" if gzip else "") for n in names]
 
 
