@@ -1,12 +1,16 @@
 """The Python API: a simulated run in a notebook, without Hydra's command line.
 
     import cbsim
-    r = cbsim.simulate("+experiment=long_seq", "engine=async")
-    r.metrics["total_time_s"]        # the numbers metrics.json holds
-    r.metrics.get("bands")           # P5 / median / P95 when mode.bands draws them (cbsim.bands)
-    r.steps.head()                   # one row per step and engine (pandas)
-    r.spans.head()                   # one row per span and engine, ms from the run's start
-    r.report("report.html")          # the run report
+    r = cbsim.simulate("+experiment=long_seq", "engine=compare")
+    r                                        # one line: each engine's time and GPU idle
+    r.metrics["async"]["total_time_s"]       # per engine, the numbers metrics.json holds
+    r.metrics["comparison"]["speedup"]       # sync against async (engine=compare)
+    r.metrics.get("bands")                   # P5 / median / P95 when mode.bands draws them
+    r.table()                                # one row per engine, one column per metric
+    r.steps.head()                           # one row per step and engine (pandas)
+    r.spans.head()                           # one row per span and engine, ms from the start
+    r.report("report.html")                  # the run report
+    r.write_trace("trace.json.gz")           # for Perfetto: each engine one process
     cbsim.load_sweep("multirun/2026-12-01/10-00-00")   # the sweep's summary.csv as a DataFrame
 
 The overrides are the command line's (``key=value``, ``+experiment=...``, ``group=option``),
@@ -40,7 +44,7 @@ from cbsim.report.frames import RunFrames, run_frames
 from cbsim.rundir import SUMMARY_FILE
 from cbsim.sim import run as sim_run
 from cbsim.sweep import write_summary
-from cbsim.trace import Trace, read_traces
+from cbsim.trace import Trace, read_traces, write_merged_trace, write_trace
 
 __all__ = ["Result", "compose", "load_sweep", "load_traces", "simulate"]
 
@@ -58,13 +62,34 @@ def compose(*overrides: str) -> CbsimConfig:
     return load_config(cfg)
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
-    """One run: its config, a trace per engine and the metrics (as metrics.json holds them)."""
+    """One run: its config, a trace per engine and the metrics.
+
+    ``metrics`` has one shape for one engine and for several: each engine's metrics under its
+    name, ``comparison`` (sync against async) when both ran, ``bands`` when drawn."""
 
     config: CbsimConfig | None
     traces: dict[str, Trace]
     metrics: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """One line (a notebook cell shows it): each engine's time and GPU idle, the speedup."""
+        parts = [_engine_line(e, m) for e, m in self.engine_metrics().items()]
+        speedup = (self.metrics.get("comparison") or {}).get("speedup")
+        if speedup:
+            parts.append(f"async x{speedup:.3f}")
+        text = "Result(" + "; ".join(parts) + ")"
+        return text if len(text) <= REPR_CHARS else text[: REPR_CHARS - 4] + "...)"
+
+    def _repr_html_(self) -> str:
+        """A small table for a notebook: the headline metrics, one column per engine."""
+        table = self.table()
+        keep = [c for c in HEADLINE if c in table.columns]
+        html = table[keep].T.to_html(float_format=lambda v: f"{v:.4g}", na_rep="-")
+        speedup = (self.metrics.get("comparison") or {}).get("speedup")
+        note = f"<p>async speedup x{speedup:.3f}</p>" if speedup else ""
+        return html + note
 
     @cached_property
     def frames(self) -> dict[str, RunFrames]:
@@ -79,20 +104,68 @@ class Result:
 
     @cached_property
     def spans(self) -> pd.DataFrame:
-        """Per engine every span: lane, name, ts_ms, end_ms, dur_us and its batch's fields."""
-        return _stacked({e: f.spans for e, f in self.frames.items()})
+        """Per engine every span, in ms from the run's start: lane, name, ts_ms, end_ms, dur_ms
+        and its batch's fields."""
+        frames = {}
+        for e, f in self.frames.items():
+            spans = f.spans.rename(columns={"dur_us": "dur_ms"})
+            spans["dur_ms"] = spans["dur_ms"] / 1e3
+            frames[e] = spans
+        return _stacked(frames)
 
     def engine_metrics(self) -> dict[str, dict[str, Any]]:
-        """The metrics by engine (one entry for a single engine)."""
-        if "engine" in self.metrics:
-            return {self.metrics["engine"]: self.metrics}
+        """The metrics by engine (``metrics`` less the comparison and the bands)."""
         return {e: self.metrics[e] for e in self.traces}
+
+    def table(self) -> pd.DataFrame:
+        """One row per engine (the index), one column per number metrics.json holds for it."""
+        rows = {
+            e: {k: v for k, v in m.items() if _is_scalar(v)}
+            for e, m in self.engine_metrics().items()
+        }
+        table = pd.DataFrame.from_dict(rows, orient="index")
+        table.index.name = "engine"
+        first = [c for c in HEADLINE if c in table.columns]
+        return table[[*first, *(c for c in table.columns if c not in first)]]
 
     def report(self, path: str | os.PathLike[str] = "report.html") -> Path:
         """Write the run report (self-contained HTML) and return its path."""
-        runs = {e: (t, m) for (e, t), m in zip(self.traces.items(), self.engine_metrics().values())}
+        runs = {e: (t, self.metrics[e]) for e, t in self.traces.items()}
         bands = self.metrics.get("bands")
         return write_run_report(runs, self.config, Path(path), files=[], bands=bands)
+
+    def write_trace(self, path: str | os.PathLike[str]) -> Path:
+        """Write the trace for Perfetto (gzipped when the name ends in .gz): one engine's as it
+        is, several as one file with each engine a process (``load_traces`` gives them back)."""
+        if len(self.traces) == 1:
+            return write_trace(next(iter(self.traces.values())), path)
+        return write_merged_trace(self.traces, path)
+
+
+# the metrics a notebook sees first (the HTML repr; the first columns of the table)
+HEADLINE = (
+    "total_time_s",
+    "steps",
+    "generated_tokens",
+    "tokens_per_s",
+    "gpu_idle_fraction",
+    "cpu_blocked_fraction",
+    "step_time_ms_p50",
+    "median_ttft_ms",
+    "median_tpot_ms",
+)
+REPR_CHARS = 120
+
+
+def _engine_line(engine: str, m: dict[str, Any]) -> str:
+    total, idle = m.get("total_time_s"), m.get("gpu_idle_fraction")
+    t = f"{total:.4g} s" if isinstance(total, (int, float)) else "-"
+    i = f"{idle:.1%}" if isinstance(idle, (int, float)) else "-"
+    return f"{engine} {t}, GPU idle {i}"
+
+
+def _is_scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
 
 
 def _stacked(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -101,10 +174,7 @@ def _stacked(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def _metrics(runs: dict[str, tuple[Trace, dict[str, Any]]]) -> dict[str, Any]:
-    """metrics.json's shape: flat for one engine; sync, async and comparison for a pair."""
-    if len(runs) == 1:
-        engine, (_, m) = next(iter(runs.items()))
-        return {"engine": engine, **m}
+    """Each engine's metrics under its name, and sync against async when both ran."""
     out: dict[str, Any] = {e: m for e, (_, m) in runs.items()}
     if "sync" in out and "async" in out:
         out["comparison"] = compare_metrics(out["sync"], out["async"])
