@@ -40,7 +40,11 @@ def test_latency_values_are_the_metrics_values(online_runs):
         assert len(v["ttft"]) == m["requests_finished"] == 48
         for key in ("ttft", "tpot", "itl", "e2el"):
             assert np.median(v[key]) == pytest.approx(m[f"median_{key}_ms"])
-            assert np.percentile(v[key], 99) == pytest.approx(m[f"p99_{key}_ms"])
+            assert np.std(v[key]) == pytest.approx(m[f"std_{key}_ms"])
+            for q in (90, 95, 99):
+                assert np.percentile(v[key], q) == pytest.approx(m[f"p{q}_{key}_ms"])
+        arrivals = trace.instants[trace.instants.name == "arrival"]
+        assert m["total_input_tokens"] == arrivals.prompt_len.sum() and m["completed"] == 48
 
 
 def test_overload_leads_and_names_the_rates():
@@ -73,8 +77,18 @@ def test_online_report_has_the_serving_section(online_runs, tmp_path):
         assert queued.min() >= 0 and queued[-1] == 0  # every arrival got its first token
         assert queued.max() <= m["requests_finished"]
     html = write_run_report(runs, config, tmp_path / "report.html").read_text()
-    for label in ("Median TTFT (ms)", "P99 ITL (ms)", "Mean E2EL (ms)", "Request throughput"):
+    for label in (
+        "Successful requests",
+        "Total input tokens",
+        "Total token throughput (tok/s)",
+        "Median TTFT (ms)",
+        "Std TPOT (ms)",
+        "P95 ITL (ms)",
+        "Mean E2EL (ms)",
+    ):
         assert label in html
+    # one label for a figure everywhere: the summary table and the serving table agree
+    assert "TTFT p50" not in html and "TPOT p50" not in html
     assert "Serving: latency and the queue" in html
 
 

@@ -35,13 +35,15 @@ SPAN_FIELDS: dict[str, Any] = {
     "launch_bound_us": 0.0,
 }
 # instants: request lifecycle events (lane "requests": arrival, first_token, finish with the
-# request's rid, finish also with its tokens) and hazards (name "hazard", with their kind)
+# request's rid, arrival also with its prompt_len, finish with its tokens) and hazards (name
+# "hazard", with their kind)
 INSTANT_FIELDS: dict[str, Any] = {
     "lane": "",
     "name": "",
     "ts": 0.0,
     "rid": np.nan,
     "tokens": np.nan,
+    "prompt_len": np.nan,
     "kind": "",
 }
 

@@ -1,12 +1,14 @@
-"""Serving metrics per request, in the names vLLM's ``bench serve`` prints.
+"""Serving metrics per request, in the names and statistics of vLLM's ``bench serve``.
 
 - TTFT: first_token - arrival; TPOT: (finish - first_token) / (tokens - 1); E2EL: finish -
-  arrival, per request.
+  arrival, per request. Each as ``mean_``, ``median_``, ``std_`` (population), ``p90_``,
+  ``p95_`` and ``p99_<name>_ms`` (numpy's linear percentiles, as vLLM computes them).
 - ITL: the time between a request's consecutive tokens. A running request gets one token per
   forward, so each token after its first waited one step interval: the step intervals, each
   counted once per token its step produced that was not a request's first.
-- request / output-token throughput: finished requests and their tokens over the total time;
-  goodput: the finished requests that met every SLO bound given (config ``slo``) per second.
+- completed, duration (s, first event to last), total_input_tokens and total_output_tokens (of
+  the completed requests); request, output-token and total-token throughput over the duration;
+  goodput: the completed requests that met every SLO bound given (config ``slo``) per second.
 - offered load: the arrival rate of an online workload over the rate the engine took requests
   on (first tokens per second; both between the first and the last, so requests' lengths do
   not enter); above ``slo.overload_ratio`` the engine does not sustain the load: its queue
@@ -21,62 +23,105 @@ import numpy as np
 import pandas as pd
 
 from cbsim.metrics.inputs import MetricInputs
-from cbsim.metrics.timeline import forward_spans, pct, step_times_ms, time_range
+from cbsim.metrics.timeline import forward_spans, step_times_ms, time_range
 from cbsim.trace import schema as S
 
 SERVING = ("ttft", "tpot", "itl", "e2el")
+# vLLM's statistics of each latency, in its key order: f"{stat}_{latency}_ms"
+STATS = ("mean", "median", "std", "p90", "p95", "p99")
 # the SLO fields a run config may set (config group ``slo``): bound in ms, None = no bound
 SLO_BOUNDS = ("ttft_ms", "tpot_ms", "e2el_ms")
 DEFAULT_OVERLOAD_RATIO = 1.1
 
 
 def request_table(inst: pd.DataFrame) -> pd.DataFrame:
-    """Per request (index rid): arrival, first_token, finish (us, NaN when it did not happen)
-    and tokens (from its finish instant)."""
+    """Per request (index rid): arrival, first_token, finish (us, NaN when it did not happen),
+    tokens (from its finish instant) and prompt_len (from its arrival; NaN when not recorded)."""
     req = inst[(inst.lane == S.REQUESTS) & inst.rid.notna()]
     cols = {}
     for name in (S.ARRIVAL, S.FIRST_TOKEN, S.FINISH):
         cols[name] = req[req.name == name].groupby("rid")["ts"].min()
     fin = req[req.name == S.FINISH]
     cols["tokens"] = fin.groupby("rid")["tokens"].first()
+    cols["prompt_len"] = (
+        req[req.name == S.ARRIVAL].groupby("rid")["prompt_len"].first()
+        if "prompt_len" in req.columns
+        else pd.Series(dtype=float)
+    )
     return pd.DataFrame(cols)
 
 
+def latencies_ms(req: pd.DataFrame) -> dict[str, pd.Series]:
+    """Per request TTFT, TPOT and E2EL (ms; NaN where a request has none)."""
+    n = req["tokens"].astype(float) - 1
+    return {
+        "ttft": (req[S.FIRST_TOKEN] - req[S.ARRIVAL]) / 1e3,
+        "tpot": ((req[S.FINISH] - req[S.FIRST_TOKEN]) / 1e3).where(n > 0) / n.where(n > 0),
+        "e2el": (req[S.FINISH] - req[S.ARRIVAL]) / 1e3,
+    }
+
+
 def serving_metrics(inp: MetricInputs) -> dict[str, Any]:
-    """TTFT, TPOT, ITL, E2EL (mean, median, p99; ms), throughputs, goodput, offered load."""
+    """vLLM's serving figures (see the module docstring), goodput and offered load."""
     req = request_table(inp.instants)
     start, end = time_range(inp)
     duration_s = (end - start) / 1e6
-    ttft = (req[S.FIRST_TOKEN] - req[S.ARRIVAL]) / 1e3
-    e2el = (req[S.FINISH] - req[S.ARRIVAL]) / 1e3
-    n = req["tokens"].astype(float) - 1
-    tpot = ((req[S.FINISH] - req[S.FIRST_TOKEN]) / 1e3).where(n > 0) / n.where(n > 0)
-    values = {
-        "ttft": ttft.dropna().to_numpy(),
-        "tpot": tpot.dropna().to_numpy(),
-        "e2el": e2el.dropna().to_numpy(),
-    }
+    lat = latencies_ms(req)
     finished = req[req[S.FINISH].notna()]
-    out: dict[str, Any] = {"requests_finished": int(len(finished))}
-    for q in (50, 99):
-        out[f"ttft_ms_p{q}"] = pct(values["ttft"], q)
-        out[f"tpot_ms_p{q}"] = pct(values["tpot"], q)
-    for key, v in values.items():
-        out[f"mean_{key}_ms"] = float(v.mean()) if len(v) else None
-        out[f"median_{key}_ms"] = pct(v, 50)
-        out[f"p99_{key}_ms"] = pct(v, 99)
-    itl, weights = itl_steps(inp, req, start)
-    total = int(weights.sum())
-    out["mean_itl_ms"] = float((itl * weights).sum() / total) if total else None
-    out["median_itl_ms"] = weighted_pct(itl, weights, 50)
-    out["p99_itl_ms"] = weighted_pct(itl, weights, 99)
-    tokens = finished["tokens"].dropna()
-    ok = duration_s > 0
-    out["request_throughput"] = len(finished) / duration_s if ok and len(finished) else None
-    out["output_throughput"] = float(tokens.sum()) / duration_s if ok and len(tokens) else None
+    out: dict[str, Any] = {
+        "requests_finished": int(len(finished)),
+        **totals(finished, duration_s),
+    }
+    for key in ("ttft", "tpot", "itl", "e2el"):
+        if key == "itl":
+            itl, weights = itl_steps(inp, req, start)
+            out.update(latency_stats(key, itl, weights))
+        else:
+            v = lat[key].dropna().to_numpy()
+            out.update(latency_stats(key, v, np.ones(len(v), dtype=np.int64)))
+    # the medians under the names validation compares by
+    out["ttft_ms_p50"], out["tpot_ms_p50"] = out["median_ttft_ms"], out["median_tpot_ms"]
     slo = _slo(inp.config)
-    out.update(goodput(req, ttft, tpot, e2el, slo, duration_s))
+    out.update(goodput(req, lat["ttft"], lat["tpot"], lat["e2el"], slo, duration_s))
     out.update(offered_load(req, slo.get("overload_ratio", DEFAULT_OVERLOAD_RATIO)))
+    return out
+
+
+def totals(finished: pd.DataFrame, duration_s: float) -> dict[str, Any]:
+    """The completed requests, their tokens and the throughputs over the run's duration."""
+    out_tokens = finished["tokens"].dropna()
+    prompts = finished["prompt_len"].dropna()
+    known = len(finished) > 0 and len(prompts) == len(finished)
+    total_in = int(prompts.sum()) if known else None
+    total_out = int(out_tokens.sum()) if len(out_tokens) else None
+    ok = duration_s > 0
+
+    def rate(x: float | None) -> float | None:
+        return x / duration_s if ok and x else None
+
+    return {
+        "completed": int(len(finished)),
+        "duration": duration_s if ok else None,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": rate(len(finished)),
+        "output_throughput": rate(total_out),
+        "total_token_throughput": rate(total_in + total_out) if known and total_out else None,
+    }
+
+
+def latency_stats(key: str, values: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
+    """mean, median, std, p90, p95, p99 of ``values`` (ms) each counted ``weights`` times,
+    under vLLM's keys (``mean_ttft_ms``, ...); None each when there is none."""
+    total = int(weights.sum()) if len(weights) else 0
+    if not total:
+        return {f"{stat}_{key}_ms": None for stat in STATS}
+    mean = float((values * weights).sum() / total)
+    std = float(np.sqrt((weights * (values - mean) ** 2).sum() / total))
+    out = {f"mean_{key}_ms": mean, f"median_{key}_ms": weighted_pct(values, weights, 50)}
+    out[f"std_{key}_ms"] = std
+    for q in (90, 95, 99):
+        out[f"p{q}_{key}_ms"] = weighted_pct(values, weights, q)
     return out
 
 

@@ -15,13 +15,19 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cbsim.metrics import inputs_from_trace
-from cbsim.metrics.serving import itl_ms, request_table
+from cbsim.metrics.serving import STATS, itl_ms, latencies_ms, request_table
 from cbsim.metrics.timeline import time_range
 from cbsim.report.charts import ENGINE_COLORS
 from cbsim.report.frames import time_unit
 from cbsim.report.html import table
 from cbsim.trace import schema as S
 from cbsim.trace.model import Trace
+
+
+def latency_label(stat: str, key: str) -> str:
+    """vLLM's label of a latency statistic: "Mean TTFT (ms)", "P99 ITL (ms)"."""
+    return f"{stat.capitalize()} {key.upper()} (ms)"
+
 
 LATENCIES = (
     ("ttft", "TTFT: time to first token"),
@@ -31,17 +37,23 @@ LATENCIES = (
 )
 CDF_POINTS = 400  # quantiles drawn per line: the shape of 10^5 ITLs in a few KB
 QUEUE_POINTS = 3000
-# (label, metric key, format): vLLM bench serve's rows
+# (label, metric key, format): vLLM bench serve's rows and labels (the one label of each figure
+# in every cbsim table)
 SERVING_ROWS = (
+    ("Successful requests", "completed", "{:d}"),
+    ("Duration (s)", "duration", "{:.2f}"),
+    ("Total input tokens", "total_input_tokens", "{:d}"),
+    ("Total generated tokens", "total_output_tokens", "{:d}"),
     ("Request throughput (req/s)", "request_throughput", "{:.2f}"),
+    ("Request goodput (req/s)", "request_goodput", "{:.2f}"),
     ("Output token throughput (tok/s)", "output_throughput", "{:.1f}"),
+    ("Total token throughput (tok/s)", "total_token_throughput", "{:.1f}"),
     ("Offered request rate (req/s)", "offered_request_rate", "{:.2f}"),
     ("Sustained request rate (req/s)", "sustained_request_rate", "{:.2f}"),
-    ("Request goodput under the SLO (req/s)", "request_goodput", "{:.2f}"),
     *(
-        (f"{stat.capitalize()} {key.upper()} (ms)", f"{stat}_{key}_ms", "{:.2f}")
+        (latency_label(stat, key), f"{stat}_{key}_ms", "{:.2f}")
         for key, _ in LATENCIES
-        for stat in ("mean", "median", "p99")
+        for stat in STATS
     ),
 )
 
@@ -78,13 +90,12 @@ def serving_values(trace: Trace) -> dict[str, np.ndarray]:
     inp = inputs_from_trace(trace)
     req = request_table(inp.instants)
     start, _ = time_range(inp)
-    n = req["tokens"].astype(float) - 1
-    tpot = ((req[S.FINISH] - req[S.FIRST_TOKEN]) / 1e3).where(n > 0) / n.where(n > 0)
+    lat = latencies_ms(req)
     return {
-        "ttft": ((req[S.FIRST_TOKEN] - req[S.ARRIVAL]) / 1e3).dropna().to_numpy(),
-        "tpot": tpot.dropna().to_numpy(),
+        "ttft": lat["ttft"].dropna().to_numpy(),
+        "tpot": lat["tpot"].dropna().to_numpy(),
         "itl": itl_ms(inp, req, start),
-        "e2el": ((req[S.FINISH] - req[S.ARRIVAL]) / 1e3).dropna().to_numpy(),
+        "e2el": lat["e2el"].dropna().to_numpy(),
     }
 
 

@@ -44,7 +44,9 @@ class Recorder:
         # extended forward spans' new_tokens, settled when their batch is updated: (column, row,
         # args)
         self.forward_args: list[tuple[Any, int, dict[str, Any]]] = []
-        self.inst: dict[str, list[Any]] = {k: [] for k in ("lane", "name", "ts", "rid", "tokens")}
+        self.inst: dict[str, list[Any]] = {
+            k: [] for k in ("lane", "name", "ts", "rid", "tokens", "prompt_len")
+        }
         self.inst_kind: list[str] = []
         self.samples = 0  # counter samples a trace would hold
         self.span = self._span
@@ -66,13 +68,23 @@ class Recorder:
     def _counter(self, name: str, ts: float, values: dict[str, Any]) -> None:
         self.samples += 1
 
-    def _instant(self, lane: str, name: str, ts: float, rid: float, tokens: float, kind: str):
+    def _instant(
+        self,
+        lane: str,
+        name: str,
+        ts: float,
+        rid: float,
+        tokens: float,
+        kind: str,
+        prompt_len: float = math.nan,
+    ) -> None:
         i = self.inst
         i["lane"].append(lane)
         i["name"].append(name)
         i["ts"].append(round(float(ts), 3))
         i["rid"].append(rid)
         i["tokens"].append(tokens)
+        i["prompt_len"].append(prompt_len)
         self.inst_kind.append(kind)
 
     def extend(
@@ -102,7 +114,8 @@ class Recorder:
         if self.builder is not None:
             self.builder.request_event(name, ts, rid, **args)
         else:
-            self._instant(S.REQUESTS, name, ts, rid, args.get("tokens", math.nan), "")
+            tokens, prompt = args.get("tokens", math.nan), args.get("prompt_len", math.nan)
+            self._instant(S.REQUESTS, name, ts, rid, tokens, "", prompt)
 
     def hazard(self, lane: str, ts: float, kind: str, step: int, slot: int, detail: str) -> None:
         if self.builder is not None:
