@@ -22,6 +22,11 @@ from cbsim.trace.model import Trace
 from cbsim.trace.normalize import normalize
 from cbsim.trace.perfetto import with_derived
 
+# zlib's default: a 25 MB trace in 2 s to 2.0 MB (level 9: 5.7 s to 1.9 MB); the trace of an
+# interrupted run is written as fast as gzip goes (level 1: 0.7 s to 2.7 MB), the user waiting
+GZIP_LEVEL = 6
+GZIP_LEVEL_PARTIAL = 1
+
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_EVENTS",
@@ -45,10 +50,13 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
     if PARTIAL in path.name and not trace.incomplete:
         trace = trace.mark_incomplete("interrupted")
     data = json.dumps(trace.to_json_obj(), separators=(",", ":"), sort_keys=True).encode()
+    level = GZIP_LEVEL_PARTIAL if PARTIAL in path.name else GZIP_LEVEL
     with atomic_open(path) as raw:
         if path.suffix == ".gz":
             # mtime=0 keeps gzip output byte-identical across runs
-            with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f:
+            with gzip.GzipFile(
+                filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=level
+            ) as f:
                 f.write(data)
         else:
             raw.write(data)
