@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import assert_nests
 
 from cbsim.metrics import compute_metrics
 from cbsim.report.trace_report import main as report_main
@@ -30,6 +31,7 @@ def _raw(path: Path) -> dict:
 def test_h200_trace_lanes_steps_and_metrics(kind, tmp_path):
     trace = import_kineto(H200[kind])
     assert trace.source == "kineto"
+    assert_nests(trace)
     spans = trace.spans
     forward = spans[spans.lane == S.COMPUTE]
     name = S.GRAPH_REPLAY if kind == "graph" else S.FORWARD
@@ -63,6 +65,7 @@ def test_steps_from_graph_launches_without_ranges():
     """An engine that marks nothing (no record_function): each cudaGraphLaunch is a step."""
     trace = import_kineto(H200["graph"], step_marker="^no such range$")
     assert trace.other_data["kineto"]["steps_from"] == "cudaGraphLaunch"
+    assert_nests(trace)
     fwd = trace.spans[trace.spans.lane == S.COMPUTE]
     assert list(fwd.name) == [S.GRAPH_REPLAY] * 4
     eager = import_kineto(H200["eager"], step_marker="^no such range$")
