@@ -21,6 +21,7 @@ the same one-line message.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -39,6 +40,7 @@ from cbsim.config.errors import describe_hydra_error
 from cbsim.config.store import load_config, register_configs
 from cbsim.job_metrics import wants_bands
 from cbsim.metrics import compare_metrics, compute_metrics
+from cbsim.metrics.table import SUMMARY_ROWS
 from cbsim.report import write_run_report
 from cbsim.report.frames import RunFrames, run_frames
 from cbsim.rundir import SUMMARY_FILE
@@ -83,13 +85,17 @@ class Result:
         return text if len(text) <= REPR_CHARS else text[: REPR_CHARS - 4] + "...)"
 
     def _repr_html_(self) -> str:
-        """A small table for a notebook: the headline metrics, one column per engine."""
-        table = self.table()
-        keep = [c for c in HEADLINE if c in table.columns]
-        html = table[keep].T.to_html(float_format=lambda v: f"{v:.4g}", na_rep="-")
+        """A small table for a notebook: the printed table's rows, one column per engine."""
+        engines = self.engine_metrics()
+        rows = {
+            label: [_cell(m.get(key), fmt) for m in engines.values()]
+            for label, key, fmt in SUMMARY_ROWS
+            if any(m.get(key) is not None for m in engines.values())
+        }
+        table = pd.DataFrame.from_dict(rows, orient="index", columns=list(engines))
         speedup = (self.metrics.get("comparison") or {}).get("speedup")
         note = f"<p>async speedup x{speedup:.3f}</p>" if speedup else ""
-        return html + note
+        return table.to_html() + note
 
     @cached_property
     def frames(self) -> dict[str, RunFrames]:
@@ -142,7 +148,7 @@ class Result:
         return write_merged_trace(self.traces, path)
 
 
-# the metrics a notebook sees first (the HTML repr; the first columns of the table)
+# the metrics a notebook sees first (the first columns of the table)
 HEADLINE = (
     "total_time_s",
     "steps",
@@ -162,6 +168,11 @@ def _engine_line(engine: str, m: dict[str, Any]) -> str:
     t = f"{total:.4g} s" if isinstance(total, (int, float)) else "-"
     i = f"{idle:.1%}" if isinstance(idle, (int, float)) else "-"
     return f"{engine} {t}, GPU idle {i}"
+
+
+def _cell(v: Any, fmt: str) -> str:
+    ok = v is not None and not (isinstance(v, float) and math.isnan(v))
+    return fmt.format(v) if ok else "-"
 
 
 def _is_scalar(v: Any) -> bool:

@@ -77,7 +77,9 @@ def test_a_result_prints_as_one_short_line_and_a_small_html_table(compared):
     assert text.startswith("Result(sync ") and f"{total:.4g} s" in text
     assert f"x{compared.metrics['comparison']['speedup']:.3f}" in text
     html = compared._repr_html_()
-    assert html.count("<tr") < 15 and "gpu_idle_fraction" in html and len(html) < 5000
+    assert html.count("<tr") < 20 and "GPU idle" in html and len(html) < 5000
+    idle = compared.metrics["async"]["gpu_idle_fraction"]
+    assert f"<td>{idle:.2%}</td>" in html
     assert "<th>sync</th>" in html and "<th>async</th>" in html
 
 
