@@ -109,6 +109,7 @@ def test_the_cli_writes_the_curve_and_prints_the_answer(tmp_path):
     assert result["answer"] in html.replace("&lt;", "<")
     assert "range over the seeds" in html and f"hardware={result['hardware']}" in html
     assert r.stdout.strip().splitlines()[-1].endswith("capacity.html")
+    assert "P99 TTFT (ms)" in html  # vLLM's label, as in the run report's serving table
 
 
 def test_an_offline_workload_or_no_slo_is_refused(tmp_path):

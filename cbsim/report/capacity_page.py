@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from cbsim.report.charts import ENGINE_COLORS
 from cbsim.report.html import Page, esc, table
+from cbsim.report.serving import latency_name
 
 LATENCY_ORDER = ("ttft", "tpot", "e2el")
 ENGINE_ORDER = ("sync", "async")
@@ -31,7 +32,7 @@ def capacity_figure(result: dict[str, Any]) -> go.Figure:
     fig = make_subplots(
         rows=1,
         cols=len(keys),
-        subplot_titles=[f"{stat} {k.upper()} (bound {b:g} ms)" for k, b in bounds.items()],
+        subplot_titles=[f"{latency_name(stat, k)} (bound {b:g} ms)" for k, b in bounds.items()],
         horizontal_spacing=0.1,
     )
     for engine, r in in_order(result["engines"], ENGINE_ORDER).items():
@@ -53,7 +54,8 @@ def capacity_figure(result: dict[str, Any]) -> go.Figure:
                         symbol=["circle" if p["meets_slo"] else "circle-open" for p in curve],
                     ),
                     customdata=[["meets" if p["meets_slo"] else "misses"] for p in curve],
-                    hovertemplate=f"%{{x:.3g}} req/s: {stat} {key.upper()} %{{y:.1f}} ms "
+                    hovertemplate=f"%{{x:.3g}} req/s: {latency_name(stat, key)} "
+                    "%{y:.1f} ms "
                     f"(%{{customdata[0]}} the SLO)<extra>{engine}</extra>",
                 ),
                 row=1,
@@ -79,7 +81,7 @@ def capacity_figure(result: dict[str, Any]) -> go.Figure:
     for col, (key, b) in enumerate(bounds.items(), start=1):
         fig.add_hline(y=b, line=dict(color="#555", dash="dot"), row=1, col=col)
         fig.update_xaxes(type="log", title_text="arrival rate (req/s)", row=1, col=col)
-        fig.update_yaxes(type="log", title_text=f"{stat} {key.upper()} (ms)", row=1, col=col)
+        fig.update_yaxes(type="log", title_text=f"{latency_name(stat, key)} (ms)", row=1, col=col)
     fig.update_layout(height=420, margin=dict(l=70, r=20, t=50, b=50), hovermode="closest")
     return fig
 
@@ -128,7 +130,7 @@ def write_capacity_page(result: dict[str, Any], path: Path, description: str = "
                     "yes" if p["meets_slo"] else "no",
                 ]
             )
-    keys = [f"{result['stat']} {k.upper()} (ms)" for k in slo]
+    keys = [f"{latency_name(result['stat'], k)} (ms)" for k in slo]
     page.add(table(["engine", "rate (req/s)", *keys, "meets the SLO"], rows))
     return page.write(path)
 

@@ -24,9 +24,9 @@ from cbsim.trace import schema as S
 from cbsim.trace.model import Trace
 
 
-def latency_label(stat: str, key: str) -> str:
-    """vLLM's label of a latency statistic: "Mean TTFT (ms)", "P99 ITL (ms)"."""
-    return f"{stat.capitalize()} {key.upper()} (ms)"
+def latency_name(stat: str, key: str) -> str:
+    """vLLM's name of a latency statistic: "Mean TTFT", "P99 ITL" (its label adds " (ms)")."""
+    return f"{stat.capitalize()} {key.upper()}"
 
 
 LATENCIES = (
@@ -51,7 +51,7 @@ SERVING_ROWS = (
     ("Offered request rate (req/s)", "offered_request_rate", "{:.2f}"),
     ("Sustained request rate (req/s)", "sustained_request_rate", "{:.2f}"),
     *(
-        (latency_label(stat, key), f"{stat}_{key}_ms", "{:.2f}")
+        (f"{latency_name(stat, key)} (ms)", f"{stat}_{key}_ms", "{:.2f}")
         for key, _ in LATENCIES
         for stat in STATS
     ),
