@@ -88,7 +88,7 @@ def test_the_simulated_prompt_stream_slows_towards_the_settled_clock():
         )
         sp = simulate(config=cfg).spans
         fwd = sp[(sp.name == S.FORWARD) & (sp.query_tokens == 8192)].sort_values("ts_ms")
-        return fwd.dur_us.to_numpy()
+        return fwd.dur_ms.to_numpy()
 
     on, boost = prompt_steps(), prompt_steps("hardware.gpu.clock.min_ratio=1")
     slower = on / boost - 1
