@@ -168,6 +168,10 @@ def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> di
         return run_engines(config, resolved, run_dir)
     if config.task == "profile_kernels":
         return profile_kernels(config, run_dir)
+    if config.task == "profile_machine":
+        from cbsim.profiling.machine import run_profile_machine
+
+        return run_profile_machine(config, run_dir, " ".join(["python -m cbsim", *sys.argv[1:]]))
     if config.task == "capacity":
         from cbsim.capacity import run_capacity_task
 
@@ -266,6 +270,9 @@ def main() -> int | None:
     # Hydra raises instead of printing its own report, so the message below is the only one
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     try:
+        from cbsim.profiling.select import rewrite
+
+        sys.argv[1:] = rewrite(sys.argv[1:])  # hardware=<profile directory | auto>
         hydra_job()
     except (ConfigError, RunDirError) as exc:
         sys.exit(_fail(one_line(exc), 2))

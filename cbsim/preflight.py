@@ -10,6 +10,7 @@ composed twice.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
@@ -36,6 +37,10 @@ def declared_extra_keys(task: str) -> dict[str, str] | None:
         from cbsim.validation.tasks import EXTRA_KEYS  # the fitters load only for these tasks
 
         return EXTRA_KEYS[task]
+    if task == "profile_machine":
+        from cbsim.profiling.options import EXTRA_KEYS as PROFILE_KEYS
+
+        return PROFILE_KEYS
     if task == "capacity":
         from cbsim.capacity import EXTRA_KEYS as CAPACITY_KEYS
 
@@ -61,6 +66,13 @@ def check_config(config: CbsimConfig) -> CbsimConfig:
     files it names."""
     check_extra(config)
     check_lengths_files(config.workload)
+    if config.task == "profile_machine":
+        from cbsim.profiling.options import read_options
+        from cbsim.profiling.probes import check_probes
+
+        options = read_options(dict(config.extra))
+        if options.refit is None:
+            check_probes(config, dataclasses.asdict(config.model), options.probes)
     return config
 
 

@@ -19,7 +19,10 @@ from cbsim.config.model_error import ModelError as ModelError
 from cbsim.config.phase_cost import PhaseCost as PhaseCost
 
 KERNEL_COUNTS_OF = ("unfused", "fused", "engine")
-PROFILE_TIERS = ("profiled", "fitted", "datasheet", "estimate")
+# how a profile's numbers were obtained, best first (hardware=auto ranks profiles by it):
+# the one command on that GPU, fitted to recordings, a datasheet roofline, first estimates
+TIERS = ("profiled", "fitted", "datasheet", "estimate")
+PROFILE_TIERS = TIERS
 
 REPO = Path(__file__).resolve().parents[2]
 # HostCosts' own times (microseconds) beside its phases: what a host-speed factor scales
@@ -368,11 +371,14 @@ class HardwareConfig:
     # where these numbers came from, for the report
     source: str = "datasheet and measurements on the H200 here (BRIEF)"
     # the GPU the profile describes, matched case-insensitively as a part of torch's device name
-    # ("H200" matches "NVIDIA H200"); empty: any
+    # ("H200" matches "NVIDIA H200"); empty: any. hardware=auto picks by it
     device_name: str = ""
-    # how the numbers were had: profiled (one command on that GPU), fitted (calibrated on its
-    # recordings), datasheet (scaled from a profiled GPU), estimate (first guesses)
+    # how the numbers were had (TIERS): profiled (one command on that GPU), fitted (calibrated on
+    # its recordings), datasheet (scaled from a profiled GPU), estimate (first guesses)
     tier: str = "estimate"
+    # each value's origin, by its key path (peak_flops, host.schedule.fixed_us, ...): measured,
+    # fitted or from the base profile; written by +experiment=profile_machine
+    provenance: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_choice("hardware.tier", self.tier, PROFILE_TIERS)
@@ -385,5 +391,6 @@ class HardwareConfig:
         ):
             check_positive(f"hardware.{key}", getattr(self, key))
         check_non_negative("hardware", self, ("copy_latency_us",))
+        check_choice("hardware.tier", self.tier, TIERS)
         if self.kernel_table is not None:
             kernel_table_files(self.kernel_table)

@@ -1,0 +1,266 @@
+"""``task=profile_machine``: one command measures the machine it runs on into one profile
+directory (cbsim.profiling.profile_dir), in four steps inside a time budget:
+
+1. the device's rates (runtime/device_rates.py): copy bandwidth, bf16 GEMM, pinned copies;
+2. a kernel table per model named (runtime/profile_kernels.py, as +experiment=profile_kernels);
+3. the probes (cbsim.profiling.probes): short runs of both engines, the host as it runs them;
+4. the fit (cbsim.profiling.fit): host, copy and forward terms from the probes' spans.
+
+The kernel tables carry over between GPUs; the host does not, so it is measured here rather than
+fitted to another machine's recordings. ``extra.refit=DIR`` re-runs step 4 on a profile
+directory's own probes, without a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from cbsim.calibration.calibrate import FitOptions
+from cbsim.calibration.run_config import compose_overrides
+from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.schema import HardwareConfig
+from cbsim.profiling import profile_dir as pd
+from cbsim.profiling.budget import Budget
+from cbsim.profiling.fit import KERNELS_DIR, fit_profile
+from cbsim.profiling.options import ProfileOptions, read_options
+from cbsim.profiling.probes import PROBES_DIR, check_probes, run_probes
+
+# seconds each step is expected to take on an H100 with the 8B (extra.estimates_s overrides)
+ESTIMATES_S = {"rates": 10.0, "kernels": 60.0, "probe_run": 8.0, "fit": 60.0}
+
+
+def compose_group(group: str, name: str) -> dict[str, Any]:
+    """One config group's option as composed (conf/<group>/<name>.yaml or a user profile)."""
+    try:
+        return compose_overrides([f"{group}={name}"], f"{group}={name}")[group]
+    except ConfigError:
+        options = sorted(
+            p.stem for p in Path(str(resources.files("cbsim.conf") / group)).glob("*.yaml")
+        )
+        key = "models" if group == "model" else "base"
+        raise ConfigError(
+            f"extra.{key}: {name!r} is not a {group} config; allowed: {', '.join(options)}"
+        ) from None
+
+
+def base_hardware(config: CbsimConfig, opts: ProfileOptions) -> HardwareConfig:
+    if opts.base is None:
+        return config.hardware
+    from omegaconf import OmegaConf
+
+    raw = compose_group("hardware", opts.base)
+
+    merged = OmegaConf.merge(OmegaConf.structured(HardwareConfig), raw)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def profile_name(device_name: str) -> str:
+    """A profile name from the GPU's name: "NVIDIA H100 80GB HBM3" -> "h100_80gb_hbm3"."""
+    words = device_name.lower().replace("nvidia", " ").replace("-", " ").split()
+    name = "_".join("".join(c for c in w if c.isalnum()) for w in words if w)
+    return name or "this_machine"
+
+
+def commit_of(opts: ProfileOptions) -> str:
+    """The cbsim commit: git's, where this is a checkout, else extra.commit, else unknown."""
+    here = Path(__file__).resolve().parent
+    try:
+        got = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if got.returncode == 0 and got.stdout.strip():
+            dirty = subprocess.run(
+                ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            return got.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return opts.commit or "unknown"
+
+
+def host_facts() -> dict[str, Any]:
+    """The host's CPU model, cores and memory (Linux /proc where it is there)."""
+    import os
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram = None
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        ram = pages * size
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_bytes": ram,
+        "python": platform.python_version(),
+        "os": platform.platform(),
+    }
+
+
+def run_profile_machine(config: CbsimConfig, run_dir: Path, command: str) -> dict[str, Any]:
+    opts = read_options(dict(config.extra))
+    if opts.refit is not None:
+        return refit(config, opts, command)
+    if config.mode.name != "runtime":
+        raise ConfigError("task=profile_machine measures the GPU it runs on; allowed: mode=runtime")
+    out = Path(opts.out).expanduser().resolve()  # type: ignore[arg-type]
+    models = {m: compose_group("model", m) for m in opts.models} or {
+        config.model.name: dataclasses.asdict(config.model)
+    }
+    base = base_hardware(config, opts)
+    if not config.mode.device.startswith("cuda"):
+        opts = opts.on_cpu()
+    check_probes(config, models[next(iter(models))], opts.probes)
+    est = {**ESTIMATES_S, **opts.estimates_s}
+    budget = Budget(opts.max_minutes * 60.0)
+    work = pd.start(out)
+    try:
+        result = _measure(config, opts, models, base, est, budget, work, command)
+        pd.finish(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    budget.say(f"profile {result['profile']}: {out} ({budget.elapsed():.0f} s)")
+    return {**result, "profile_dir": str(out), "hardware": str(out / result["hardware_yaml"])}
+
+
+def _measure(config, opts, models, base, est, budget, work, command) -> dict[str, Any]:
+    from cbsim.runtime.device_rates import measure_rates
+    from cbsim.runtime.engine import check_device
+    from cbsim.runtime.profile_kernels import run_profile
+
+    device = check_device(config, "sync")
+    runs = sum(p.repeat * 2 for p in opts.probes)
+    budget.ahead_s = est["rates"] + est["kernels"] * len(models) + est["probe_run"] * runs
+    budget.ahead_s += est["fit"]
+    small = device.type != "cuda"
+    rates = budget.run("device rates", est["rates"], lambda: measure_rates(device, small)) or {}
+    for name, model in models.items():
+        reserve = est["probe_run"] * runs + est["fit"]
+        cap = min(float(opts.kernels.get("max_seconds", 150.0)), budget.left() - reserve)
+        extra = {**opts.kernels, "out": str(work / KERNELS_DIR), "name": name, "max_seconds": cap}
+        cfg = _with_model(config, model, extra)
+        if cap < 5.0:
+            budget.skip(f"kernel table {name}", "no time left before the probes (max_minutes)")
+            continue
+        budget.run(
+            f"kernel table {name}",
+            min(est["kernels"], cap),
+            lambda c=cfg: run_profile(c, work, command),
+        )
+    probes = run_probes(
+        config, models[next(iter(models))], opts.probes, work, budget, est["probe_run"]
+    )
+    name = opts.name or profile_name(str(rates.get("device_name", "")))
+    info = rates.pop("info", {})
+    manifest = {
+        "profile": name,
+        "gpu": info,
+        "host": host_facts(),
+        "commit": commit_of(opts),
+        "command": command,
+        "models": list(models),
+        "probe_model": next(iter(models)),
+        "base": base.name,
+        "rates": rates,
+        "noise": probes["noise"],
+        "probe_runs": probes["runs"],
+    }
+    _probe_manifest(work, name, manifest)
+    fitted = budget.run(
+        "fit", est["fit"], lambda: fit_profile(work, base, rates, name, _fit_options(opts))
+    )
+    if fitted is None:
+        fitted = fit_profile(work, base, rates, name, _fit_options(opts), probes=False)
+    path = pd.write_hardware(work, fitted.hardware)
+    manifest.update(
+        notes=fitted.notes,
+        fit=fitted.calibration.table().splitlines() if fitted.calibration else [],
+        steps=budget.steps,
+        seconds=round(budget.elapsed(), 1),
+        budget_s=budget.seconds,
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    )
+    pd.write_manifest(work, manifest)
+    return {
+        "task": "profile_machine",
+        "profile": name,
+        "hardware_yaml": str(path.relative_to(work)),
+        "steps": budget.steps,
+    }
+
+
+def _with_model(config: CbsimConfig, model: dict[str, Any], extra: dict[str, Any]) -> CbsimConfig:
+    from omegaconf import OmegaConf
+
+    from cbsim.config.schema import ModelConfig
+
+    obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), model))
+    return dataclasses.replace(config, model=obj, extra=extra, task="profile_kernels")
+
+
+def _fit_options(opts: ProfileOptions) -> FitOptions:
+    return FitOptions(forward_samples=opts.forward_samples, starts=opts.starts, progress=True)
+
+
+def _probe_manifest(work: Path, name: str, manifest: dict[str, Any]) -> None:
+    """The probes as one recording session (cbsim/calibration/manifest.py): one stack, one call."""
+    gpu = manifest["gpu"]
+    pd.atomic_write_text(
+        work / PROBES_DIR / "manifest.yaml",
+        pd.yaml.safe_dump(
+            pd.plain(
+                {
+                    "session": name,
+                    "stack": name,
+                    "call": name,
+                    "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
+                    "commit": manifest["commit"],
+                    "command": manifest["command"],
+                    "hardware": f"{gpu.get('name', '')}, {manifest['host']['cpu']}",
+                }
+            ),
+            sort_keys=False,
+        ),
+    )
+
+
+def refit(config: CbsimConfig, opts: ProfileOptions, command: str) -> dict[str, Any]:
+    """Step 4 again on a profile directory's probes and rates: its hardware yaml rewritten."""
+    root = Path(opts.refit).expanduser().resolve()  # type: ignore[arg-type]
+    if not (root / pd.MANIFEST).is_file():
+        raise ConfigError(
+            f"extra.refit={opts.refit}: no {pd.MANIFEST} there; allowed: a profile directory"
+        )
+    manifest = pd.read_manifest(root)
+    name = opts.name or str(manifest.get("profile") or profile_name(""))
+    base = base_hardware(config, dataclasses.replace(opts, base=opts.base or manifest.get("base")))
+    rates = dict(manifest.get("rates") or {})
+    fitted = fit_profile(root, base, rates, name, _fit_options(opts))
+    path = pd.write_hardware(root, fitted.hardware)
+    manifest.setdefault("refits", []).append({"command": command, "commit": commit_of(opts)})
+    pd.write_manifest(root, manifest)
+    print(f"profile_machine: refitted {path}", file=sys.stderr)
+    return {"task": "profile_machine", "profile": name, "hardware": str(path), "refit": True}

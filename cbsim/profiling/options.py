@@ -1,0 +1,164 @@
+"""The settings of ``task=profile_machine`` (conf/experiment/profile_machine.yaml): each extra key
+with what it does, read and checked into one object before anything is measured, so a bad value
+ends the command with one line naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from cbsim.config import ConfigError
+
+EXTRA_KEYS = {
+    "models": "the models whose kernel tables are measured (conf/model names; null: the composed "
+    "model); the probes run the first",
+    "out": "the profile directory written (built in <out>.partial, renamed when complete)",
+    "name": "the profile's name (hardware/<name>.yaml); null: from the GPU's name",
+    "max_minutes": "the time budget: a step that would overrun it is skipped and recorded so",
+    "base": "the hardware profile the fit starts from (a name); terms the probes cannot "
+    "determine keep its value; null: the composed hardware (hardware=h200_estimates)",
+    "kernels": "the kernel-table grid (the extra keys of +experiment=profile_kernels)",
+    "probes": "the probe runs: each a name, a repeat count and the config values it sets",
+    "estimates_s": "seconds each step is expected to take, for the ETA and the budget",
+    "refit": "re-fit this existing profile directory from its probes (no GPU needed)",
+    "commit": "the cbsim commit named in the manifest when git cannot tell it",
+    "cpu": "on a CPU device (a smoke test): caps on each probe's values, its repeats, and the "
+    "kernel grid",
+    "forward_samples": "forward spans used per probe trace by the forward fit (8 or more)",
+    "starts": "starts of the forward fit, the best kept (1, 2 or 3)",
+}
+NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe: its workload and engine values, run ``repeat`` times (both engines unless
+    it sets engine.name)."""
+
+    name: str
+    values: dict[str, Any]
+    repeat: int = 1
+
+
+@dataclass
+class ProfileOptions:
+    models: list[str] = field(default_factory=list)
+    out: str | None = None
+    name: str | None = None
+    max_minutes: float = 9.0
+    base: str | None = None
+    kernels: dict[str, Any] = field(default_factory=dict)
+    probes: list[Probe] = field(default_factory=list)
+    estimates_s: dict[str, float] = field(default_factory=dict)
+    refit: str | None = None
+    commit: str | None = None
+    forward_samples: int = 240
+    starts: int = 3
+    cpu: dict[str, Any] = field(default_factory=dict)
+
+    def on_cpu(self) -> ProfileOptions:
+        """The smoke test's settings: every probe's values capped by cpu.caps (set where the
+        probe leaves them), its repeats by cpu.repeat, the kernel grid updated by cpu.kernels."""
+        caps = self.cpu.get("caps") or {}
+        repeat = int(self.cpu.get("repeat", 10))
+        probes = []
+        for p in self.probes:
+            values = dict(p.values)
+            for key, cap in caps.items():
+                values[key] = min(values.get(key, cap), cap)
+            probes.append(Probe(p.name, values, min(p.repeat, repeat)))
+        kernels = {**self.kernels, **(self.cpu.get("kernels") or {})}
+        return dataclasses.replace(self, probes=probes, kernels=kernels)
+
+
+def _names(key: str, value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"extra.{key}={value!r}; allowed: a non-empty list of names")
+    for v in value:
+        if not NAME.match(v):
+            raise ConfigError(f"extra.{key}: {v!r} is not a name; allowed: letters, digits, _ -")
+    return list(value)
+
+
+def _number(key: str, value: Any, lo: float, hi: float) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not lo < value <= hi:
+        raise ConfigError(f"extra.{key}={value!r}; allowed: a number > {lo:g} and <= {hi:g}")
+    return float(value)
+
+
+def _probes(value: Any) -> list[Probe]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"extra.probes={value!r}; allowed: a non-empty list of probes")
+    out = []
+    for i, p in enumerate(value):
+        where = f"extra.probes[{i}]"
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+            raise ConfigError(f"{where}={p!r}; allowed: a mapping with name, set and repeat")
+        if not NAME.match(p["name"]) or p["name"] in {q.name for q in out}:
+            raise ConfigError(f"{where}.name={p['name']!r}; allowed: a new name (letters, _ -)")
+        bad = sorted(set(p) - {"name", "set", "repeat"})
+        if bad:
+            raise ConfigError(f"{where}.{bad[0]} is not a probe key; allowed: name, repeat, set")
+        values, repeat = p.get("set") or {}, p.get("repeat", 1)
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}.set={values!r}; allowed: a mapping of config keys")
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or not 1 <= repeat <= 10:
+            raise ConfigError(f"{where}.repeat={repeat!r}; allowed: 1 to 10")
+        out.append(Probe(p["name"], dict(values), repeat))
+    return out
+
+
+def read_options(extra: dict[str, Any]) -> ProfileOptions:
+    """The checked settings; ConfigError names the first bad key."""
+    for key in extra:
+        if key not in EXTRA_KEYS:
+            raise ConfigError(
+                f"extra.{key} is not a setting of task=profile_machine; allowed: "
+                f"{', '.join(sorted(EXTRA_KEYS))}"
+            )
+    o = ProfileOptions()
+    o.refit = _optional_text("refit", extra.get("refit"))
+    o.out = _optional_text("out", extra.get("out"))
+    if o.out is None and o.refit is None:
+        raise ConfigError("extra.out is not set; allowed: the profile directory to write (a path)")
+    if extra.get("models") is not None:
+        o.models = _names("models", extra.get("models"))
+    name = extra.get("name")
+    o.name = None if name is None else _names("name", name)[0]
+    o.max_minutes = _number("max_minutes", extra.get("max_minutes", 9.0), 0.0, 600.0)
+    o.base = None if extra.get("base") is None else _names("base", extra["base"])[0]
+    kernels = extra.get("kernels") or {}
+    if not isinstance(kernels, dict):
+        raise ConfigError(f"extra.kernels={kernels!r}; allowed: a mapping of profile_kernels keys")
+    o.kernels = dict(kernels)
+    if o.refit is None:
+        o.probes = _probes(extra.get("probes"))
+    est = extra.get("estimates_s") or {}
+    if not isinstance(est, dict):
+        raise ConfigError(f"extra.estimates_s={est!r}; allowed: a mapping of step -> seconds")
+    o.estimates_s = {k: _number(f"estimates_s.{k}", v, 0.0, 3600.0) for k, v in est.items()}
+    o.commit = _optional_text("commit", extra.get("commit"))
+    cpu = extra.get("cpu") or {}
+    bad = sorted(set(cpu) - {"caps", "repeat", "kernels"}) if isinstance(cpu, dict) else ["cpu"]
+    if bad:
+        raise ConfigError(f"extra.cpu.{bad[0]} is not a key; allowed: caps, kernels, repeat")
+    for key, cap in (cpu.get("caps") or {}).items():
+        _number(f"cpu.caps.{key}", cap, 0.0, 1e9)
+    o.cpu = dict(cpu)
+    o.forward_samples = int(_number("forward_samples", extra.get("forward_samples", 240), 7, 1e6))
+    o.starts = int(_number("starts", extra.get("starts", 3), 0, 3))
+    return o
+
+
+def _optional_text(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"extra.{key}={value!r}; allowed: a path")
+    return value
