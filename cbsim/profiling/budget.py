@@ -38,7 +38,8 @@ class Budget:
         self, name: str, expected_s: float, body: Callable[[], T], reserve_s: float = 0.0
     ) -> T | None:
         """``body()``, or None when it would overrun the budget with ``reserve_s`` kept for the
-        steps after it (recorded as skipped)."""
+        steps after it (recorded as skipped) or when it fails (recorded as failed, with the
+        error's first line: a profile of the other steps is still written)."""
         self.ahead_s = max(0.0, self.ahead_s - expected_s)
         if not self.fits(expected_s + reserve_s):
             self.steps[name] = {
@@ -60,10 +61,12 @@ class Budget:
         start = time.monotonic()
         try:
             out = body()
-        except Exception as exc:
-            self.steps[name] = {"status": "failed", "seconds": time.monotonic() - start}
-            self.steps[name]["note"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            raise
+        except Exception as exc:  # one step's failure is recorded; the others still run
+            note = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            self.steps[name] = {"status": "failed", "seconds": round(time.monotonic() - start, 2)}
+            self.steps[name]["note"] = note
+            self.say(f"{name}: failed ({note})")
+            return None
         self.steps[name] = {"status": "done", "seconds": round(time.monotonic() - start, 2)}
         return out
 

@@ -171,7 +171,7 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
             lambda c=cfg: run_profile(c, work, command),
         )
     probes = run_probes(
-        config, models[next(iter(models))], opts.probes, work, budget, est["probe_run"]
+        config, models[next(iter(models))], opts.probes, work, budget, est["probe_run"], est["fit"]
     )
     name = opts.name or profile_name(str(rates.get("device_name", "")))
     info = rates.pop("info", {})

@@ -64,8 +64,9 @@ class ProfileOptions:
         probe leaves them), its repeats by cpu.repeat, the kernel grid updated by cpu.kernels."""
         caps = self.cpu.get("caps") or {}
         repeat = int(self.cpu.get("repeat", 10))
+        only = self.cpu.get("only") or [p.name for p in self.probes]
         probes = []
-        for p in self.probes:
+        for p in (p for p in self.probes if p.name in only):
             values = dict(p.values)
             for key, cap in caps.items():
                 values[key] = min(values.get(key, cap), cap)
@@ -145,9 +146,10 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
     o.estimates_s = {k: _number(f"estimates_s.{k}", v, 0.0, 3600.0) for k, v in est.items()}
     o.commit = _optional_text("commit", extra.get("commit"))
     cpu = extra.get("cpu") or {}
-    bad = sorted(set(cpu) - {"caps", "repeat", "kernels"}) if isinstance(cpu, dict) else ["cpu"]
+    keys = {"caps", "repeat", "kernels", "only"}
+    bad = sorted(set(cpu) - keys) if isinstance(cpu, dict) else ["cpu"]
     if bad:
-        raise ConfigError(f"extra.cpu.{bad[0]} is not a key; allowed: caps, kernels, repeat")
+        raise ConfigError(f"extra.cpu.{bad[0]} is not a key; allowed: {', '.join(sorted(keys))}")
     for key, cap in (cpu.get("caps") or {}).items():
         _number(f"cpu.caps.{key}", cap, 0.0, 1e9)
     o.cpu = dict(cpu)
