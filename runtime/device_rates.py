@@ -79,7 +79,7 @@ def measure_rates(device: torch.device, small: bool = False) -> dict[str, Any]:
     info = hardware_info(device)
     out: dict[str, Any] = {
         "device_name": info.get("name", "cpu"),
-        "hbm_bandwidth": copy_bandwidth(device, (64 << 20) if small else COPY_BYTES),
+        "hbm_bandwidth": copy_bandwidth(device, (16 << 20) if small else COPY_BYTES),
         "peak_flops": gemm_flops(device, 256 if small else GEMM_N),
         "info": info,
     }

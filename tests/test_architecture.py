@@ -40,6 +40,7 @@ FLOORS: dict[str, int] = {
     "cbsim.preflight": 8,
     "cbsim.sweep": 8,
     "cbsim.capacity": 8,
+    "cbsim.profiling": 8,
     "cbsim": 9,
 }
 SOURCE_ROOTS = {"cbsim": REPO / "cbsim", "cbsim.runtime": REPO / "runtime"}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cbsim.calibration.calibrate import FitOptions
+from cbsim.calibration.profile import CONF_HARDWARE
 from cbsim.calibration.run_config import compose_overrides
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.schema import HardwareConfig
@@ -126,6 +127,11 @@ def run_profile_machine(config: CbsimConfig, run_dir: Path, command: str) -> dic
     if config.mode.name != "runtime":
         raise ConfigError("task=profile_machine measures the GPU it runs on; allowed: mode=runtime")
     out = Path(opts.out).expanduser().resolve()  # type: ignore[arg-type]
+    if out.exists() and not (out / pd.MANIFEST).is_file():
+        raise ConfigError(
+            f"extra.out={opts.out} exists and is not a profile directory (no {pd.MANIFEST}); "
+            "allowed: a new path, or a profile directory to replace"
+        )
     models = {m: compose_group("model", m) for m in opts.models} or {
         config.model.name: dataclasses.asdict(config.model)
     }
@@ -174,6 +180,8 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
         config, models[next(iter(models))], opts.probes, work, budget, est["probe_run"], est["fit"]
     )
     name = opts.name or profile_name(str(rates.get("device_name", "")))
+    if (CONF_HARDWARE / f"{name}.yaml").exists():
+        name += "_profiled"  # a shipped preset of that name would shadow it on the search path
     info = rates.pop("info", {})
     manifest = {
         "profile": name,

@@ -1,0 +1,182 @@
+"""The one command that profiles a machine, run end to end on this CPU (mode.device=cpu
+model=tiny: its smoke test), and the profile directory it writes selected by hardware=DIR."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+from cbsim.config import ConfigError
+from cbsim.profiling.options import read_options
+from cbsim.profiling.select import auto_profile, rewrite
+
+SMOKE = [
+    "+experiment=profile_machine",
+    "mode.device=cpu",
+    "model=tiny",
+    "extra.commit=abc123",
+    "extra.cpu.only=[decode_b1,reference]",
+]
+
+
+def cbsim(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CBSIM_CONFIG_DIR": str(cwd / "user")}
+    return subprocess.run(
+        [sys.executable, "-m", "cbsim", *args, f"hydra.run.dir={cwd}/run_{time.monotonic_ns()}"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory) -> Path:
+    """One smoke profile for the module."""
+    work = tmp_path_factory.mktemp("profile")
+    out = work / "prof"
+    got = cbsim([*SMOKE, f"extra.out={out}"], work)
+    assert got.returncode == 0, got.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+def test_the_command_writes_one_profile_directory_with_yaml_tables_probes_and_manifest(profile):
+    assert not profile.with_name("prof.partial").exists()
+    (hw_yaml,) = (profile / "hardware").glob("*.yaml")
+    hw = yaml.safe_load(hw_yaml.read_text())
+    assert hw["name"] == hw_yaml.stem and hw["device_name"] == "cpu" and hw["tier"] == "profiled"
+    assert hw["kernel_table"] == "kernels" and (profile / "kernels" / "tiny.csv").is_file()
+    assert hw["provenance"]["hbm_bandwidth"].startswith("measured")
+    assert any(v.startswith("fitted") for v in hw["provenance"].values())
+    assert hw["provenance"]["gpu.carry_over_us"].startswith("from base h200_estimates")
+    assert hw["hbm_bandwidth"] > 0 and 0 < hw["gpu"]["gemm_bandwidth_eff"] <= 1
+    traces = sorted(p.relative_to(profile / "probes") for p in profile.glob("probes/*/*.gz"))
+    assert Path("reference_1/trace_sync.json.gz") in traces and len(traces) >= 3
+
+
+@pytest.mark.slow
+def test_the_manifest_names_the_gpu_host_software_commit_command_and_step_times(profile):
+    m = yaml.safe_load((profile / "manifest.yaml").read_text())
+    assert m["gpu"]["name"] == "cpu" and m["gpu"]["torch"] and m["gpu"]["transformers"]
+    assert m["host"]["cores"] >= 1 and m["host"]["ram_bytes"] > 0 and m["host"]["cpu"]
+    assert m["commit"] and "+experiment=profile_machine" in m["command"]
+    assert m["steps"]["device rates"]["status"] == "done"
+    assert m["steps"]["probe reference_1 async"]["status"] == "skipped"
+    assert m["steps"]["fit"]["seconds"] > 0 and "reference" in m["noise"]
+
+
+@pytest.mark.slow
+def test_hardware_dir_composes_and_simulates_with_its_own_kernel_table(profile, tmp_path):
+    got = cbsim(
+        [
+            f"hardware={profile}",
+            "model=tiny",
+            "workload.batch_size=2",
+            "workload.prompt_len=16",
+            "workload.gen_len=8",
+            "output.report=false",
+            "mode.bands=false",
+        ],
+        tmp_path,
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "cbsim: metrics:" in got.stdout
+
+
+@pytest.mark.slow
+def test_refit_rewrites_the_same_yaml_from_the_probes(profile, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(profile, copy)
+    (before,) = (copy / "hardware").glob("*.yaml")
+    text = before.read_text()
+    before.unlink()
+    got = cbsim(["+experiment=profile_machine", f"extra.refit={copy}"], tmp_path)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert before.read_text() == text
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_leaves_no_profile_directory(tmp_path):
+    out = tmp_path / "prof"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [
+        sys.executable,
+        "-m",
+        "cbsim",
+        *SMOKE,
+        f"extra.out={out}",
+        f"hydra.run.dir={tmp_path}/r",
+    ]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not out.with_name("prof.partial").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert not out.exists() and not out.with_name("prof.partial").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ({"out": "d", "models": ["tiny"], "max_minutes": -1, "probes": []}, "extra.max_minutes"),
+        ({"out": "d", "models": [], "probes": []}, "extra.models"),
+        ({"models": ["tiny"], "probes": [{"name": "a"}]}, "extra.out"),
+        ({"out": "d", "probes": [{"name": "a", "repeat": 0}]}, "extra.probes[0].repeat"),
+        ({"out": "d", "probes": [{"name": "a"}], "bogus": 1}, "extra.bogus"),
+        ({"out": "d", "probes": [{"name": "a"}], "cpu": {"cap": 1}}, "extra.cpu.cap"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_its_key(extra, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        read_options(extra)
+
+
+@pytest.mark.slow
+def test_the_command_line_refuses_a_bad_setting_before_any_directory_exists(tmp_path):
+    got = cbsim([*SMOKE, f"extra.out={tmp_path / 'prof'}", "extra.max_minutes=0"], tmp_path, 120)
+    assert got.returncode == 2 and "extra.max_minutes" in got.stderr
+    assert not any(tmp_path.glob("prof*"))
+
+
+def _profile(root: Path, name: str, device: str, tier: str) -> None:
+    (root / name / "hardware").mkdir(parents=True)
+    text = yaml.safe_dump({"name": name, "device_name": device, "tier": tier})
+    (root / name / "hardware" / f"{name}.yaml").write_text(text)
+
+
+def test_auto_picks_the_best_tier_of_the_gpu_found_and_the_users_own_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("CBSIM_CONFIG_DIR", str(tmp_path))
+    _profile(tmp_path / "profiles", "mine_fitted", "NVIDIA X", "fitted")
+    _profile(tmp_path / "profiles", "mine_profiled", "NVIDIA X", "profiled")
+    _profile(tmp_path / "profiles", "other", "NVIDIA Y", "profiled")
+    assert auto_profile("NVIDIA X").name == "mine_profiled"
+    with pytest.raises(ConfigError, match="no profile of 'NVIDIA Z'"):
+        auto_profile("NVIDIA Z")
+
+
+def test_a_profile_name_becomes_a_search_path_entry_and_an_absolute_kernel_table(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CBSIM_CONFIG_DIR", str(tmp_path))
+    _profile(tmp_path / "profiles", "h9", "NVIDIA X", "profiled")
+    (tmp_path / "profiles" / "h9" / "kernels").mkdir()
+    yml = tmp_path / "profiles" / "h9" / "hardware" / "h9.yaml"
+    yml.write_text(yml.read_text() + "kernel_table: kernels\n")
+    args = rewrite(["model=tiny", "hardware=h9"])
+    root = tmp_path / "profiles" / "h9"
+    assert args[:3] == ["model=tiny", "hardware=h9", f"hardware.kernel_table='{root}/kernels'"]
+    assert args[3].startswith(f"hydra.searchpath=['file://{root}'")
+    assert rewrite(["hardware=h200"]) == ["hardware=h200"]
