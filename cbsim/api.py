@@ -52,8 +52,12 @@ __all__ = ["Result", "compose", "load_sweep", "load_traces", "simulate"]
 
 
 def compose(*overrides: str) -> CbsimConfig:
-    """The checked config of the command line ``python -m cbsim OVERRIDES...``."""
+    """The checked config of the command line ``python -m cbsim OVERRIDES...``
+    (hardware=<profile directory | auto> as the command line takes it)."""
+    from cbsim.profiling.select import rewrite
+
     register_configs()
+    overrides = tuple(rewrite(list(overrides)))
     try:
         if GlobalHydra.instance().is_initialized():  # inside a Hydra app: compose there
             return load_config(hydra_compose(config_name="config", overrides=list(overrides)))

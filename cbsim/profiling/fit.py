@@ -21,9 +21,9 @@ from cbsim.calibration.calibrate import Calibration, FitOptions, calibrate
 from cbsim.calibration.recordings import load
 from cbsim.config.schema import HardwareConfig
 from cbsim.profiling.probes import PROBES_DIR
+from cbsim.profiling.profile_dir import KERNELS_DIR
 from cbsim.validation.tasks import runtime_traces
 
-KERNELS_DIR = "kernels"
 MEASURED = ("hbm_bandwidth", "peak_flops", "h2d_bandwidth", "d2h_bandwidth", "memory_bytes")
 MEASURED_HOW = {
     "hbm_bandwidth": "device-to-device copy, read + write counted",

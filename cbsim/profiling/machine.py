@@ -30,9 +30,10 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.schema import HardwareConfig
 from cbsim.profiling import profile_dir as pd
 from cbsim.profiling.budget import Budget
-from cbsim.profiling.fit import KERNELS_DIR, fit_profile
+from cbsim.profiling.fit import fit_profile
 from cbsim.profiling.options import ProfileOptions, read_options
 from cbsim.profiling.probes import PROBES_DIR, check_probes, run_probes
+from cbsim.profiling.profile_dir import KERNELS_DIR
 
 # seconds each step is expected to take on an H100 with the 8B (extra.estimates_s overrides)
 ESTIMATES_S = {"rates": 10.0, "kernels": 60.0, "probe_run": 8.0, "fit": 60.0}

@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 
 from cbsim.config.schema import HardwareConfig
-from cbsim.profiling.fit import KERNELS_DIR
 from cbsim.rundir import atomic_write_text
 
 HARDWARE_DIR = "hardware"
+KERNELS_DIR = "kernels"
 MANIFEST = "manifest.yaml"
 PARTIAL = ".partial"
 
