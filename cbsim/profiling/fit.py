@@ -27,7 +27,7 @@ from cbsim.validation.tasks import runtime_traces
 MEASURED = ("hbm_bandwidth", "peak_flops", "h2d_bandwidth", "d2h_bandwidth", "memory_bytes")
 MEASURED_HOW = {
     "hbm_bandwidth": "device-to-device copy, read + write counted",
-    "peak_flops": "bf16 8192^3 matmul",
+    "peak_flops": "bf16 square matmul on random data (float32 on a CPU)",
     "h2d_bandwidth": "pinned host-to-device copy",
     "d2h_bandwidth": "pinned device-to-host copy",
     "memory_bytes": "the device's total memory",
@@ -65,7 +65,7 @@ def _term_path(what: str, term: str, paths: list[str]) -> str:
     phase = what.split()[0]
     if phase in HOST_PHASES:
         return f"host.{phase}.{term}"
-    named = [p for p in paths if p.rsplit(".", 1)[-1] == term and ".spread." not in p]
+    named = [p for p in paths if p.rsplit(".", 1)[-1] == term]
     return named[0] if len(named) == 1 else term
 
 
