@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .device_info import hardware_info
+from .machine import read_machine
 
 COPY_BYTES = 1 << 30  # device-to-device: far beyond any L2
 PINNED_BYTES = 256 << 20  # host <-> device over the bus
@@ -76,7 +76,7 @@ def pinned_bandwidths(device: torch.device, nbytes: int = PINNED_BYTES) -> tuple
 
 def measure_rates(device: torch.device, small: bool = False) -> dict[str, Any]:
     """The device's rates and facts; ``small``: short sizes for a smoke test (a CPU run)."""
-    info = hardware_info(device)
+    info = read_machine(device)
     out: dict[str, Any] = {
         "device_name": info.get("name", "cpu"),
         "hbm_bandwidth": copy_bandwidth(device, (16 << 20) if small else COPY_BYTES),
