@@ -42,7 +42,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--out", default=os.environ.get("OUT", "experiments/perf/local"))
+    p.add_argument("--out", default=os.environ.get("OUT", "bench_kernels_out"))
     p.add_argument("--contexts", default="256,1024,4096,8192")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--block-size", type=int, default=16)

@@ -4,7 +4,7 @@
     python benchmarks/bench_pages.py --keep out # and keep the pages in out/
 
 Pages: the seed-size run report (seed_repro, both engines simulated, 131k spans), the online
-report, the run report of two recorded H200 traces (experiments/runtime/h200_run8/small_batch,
+report, the run report of two recorded H200 traces (cbsim/recorded/h200/six_workloads/small_batch,
 drawn from the traces alone), a 16-job sweep page (8 settings) and a capacity page (a small simulated
 bisection). Each is written twice: with plotly.js inline (a page on its own) and referencing one
 shared plotly.min.js beside it (a sweep or report directory; the sweep page always does). Load:
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from browser import Browser, available  # noqa: E402
 
-RECORDED = REPO / "experiments" / "runtime" / "h200_run8" / "small_batch"
+RECORDED = REPO / "cbsim" / "recorded" / "h200" / "six_workloads" / "small_batch"
 CAPACITY = (
     "+experiment=capacity",
     "workload.num_requests=48",

@@ -13,7 +13,7 @@ paged cache, then attends over the cache:
 - chunks after a cached prefix ("ext" group): SDPA over the gathered blocks with a causal mask
   offset by the cached prefix. The two groups are padded to their own longest chunk, so a
   short continuation beside a long prompt never pays mask attention over the prompt's length
-  (experiments/runtime/diag_prefill).
+  (a diagnostic over the H200's recordings).
 
 Everything here runs on device tensors only (no host syncs), so a decode-only forward can be
 captured in a CUDA graph.
@@ -37,7 +37,7 @@ ATTN_NAME = "cbsim_paged"
 # The prefill chunks' SDPA backends: not cuDNN, which torch picks first on Hopper and which
 # builds an execution plan per new shape (query rows x KV length): in continuous batching every
 # mixed step has a new shape, and each plan build costs tens of milliseconds of host time
-# (experiments/runtime/README.md). The memory-efficient kernel takes the causal-prefix mask
+# (runtime/README.md). The memory-efficient kernel takes the causal-prefix mask
 # without a per-shape plan; flash takes grouped-query K/V as they are (enable_gqa).
 PREFILL_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 

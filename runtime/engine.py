@@ -1,7 +1,7 @@
 """One runtime run: set it up, build the device side, run a loop, return the trace.
 
 `execute(config, engine)` returns a RunResult (trace, generated tokens per request, summary);
-`cbsim.runtime.run` returns its trace; the app, experiments/runtime/record.py and the GPU tests
+`cbsim.runtime.run` returns its trace; the app, the recording harness and the GPU tests
 all go through it. The run starts from `cbsim.run_setup.setup_run`, the simulator's setup, and
 everything that can be refused is refused before the model is built: a request longer than the
 model context or the KV cache, token ids outside the vocabulary, engine=async without CUDA, a
@@ -153,7 +153,7 @@ def build(
 ) -> tuple[ModelRunner, Streams]:
     """The model, KV cache, IO slots and streams, warmed up, graphs captured. The streams and
     the carry-over follow the engine (sync: one stream, none; async: engine.streams, on); the
-    two keywords set them apart for diagnostics (experiments/runtime/diag_engine_factors.py)."""
+    two keywords set them apart for diagnostics (a diagnostic over the H200's recordings)."""
     is_async = setup.engine.name == "async"
     if three_streams is None:
         # the sync engine always runs on one stream; async on three or, with streams=one, one

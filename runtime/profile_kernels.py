@@ -53,7 +53,7 @@ class ProfileGrid:
     # the runtime's graph buckets (engine.graph_batch_sizes): the kernel's split-K launch
     # follows the batch, so between two profiled batches it can be neither's (96 requests of
     # the 1B shape at 4096 tokens ran at 3.99 TB/s, 64 and 128 at 3.22 and 3.06;
-    # experiments/kernels/table_width/README.md)
+    # the H200's kernel probes)
     decode_batches: list[int] = field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256]
     )
@@ -199,7 +199,7 @@ def _gemm_rows(cfg: CbsimConfig, grid, rows_list, launch: str, timer, dt, dev, o
                 y = torch.zeros(rows, n, dtype=dt, device=dev)
                 calls = [partial(y.addmm_, x[0], w.t()) for w in ws]
             else:  # nn.Linear's call on a [1, tokens, features] input (cuBLASLt's kernel choice
-                # for it differs from torch.mm into a given output: experiments/kernels/graph_blas)
+                # for it differs from torch.mm into a given output: the H200's kernel probes)
                 calls = [partial(F.linear, x, w) for w in ws]
             out.append(("gemm", n, k, 0, rows, 0, timer(calls), launch))
         del ws

@@ -45,7 +45,7 @@ class Streams:
         goes to, whichever engine, and on three streams two copy streams beside it, each made
         by the first run that needs it: a run on stream objects the process had not used
         before (the async run after a sync one, as engine=compare runs them) had a decode
-        forward 37-177 us longer on the H200 (experiments/runtime/h200_run20)."""
+        forward 37-177 us longer on the H200 (an H200 recording)."""
         if device.type != "cuda":
             return cls(None, None, None)
         compute = process_stream(device, "compute")

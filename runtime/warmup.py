@@ -73,7 +73,7 @@ def warm_gemm_shapes(runner: ModelRunner, max_tokens: int) -> None:
     """Every GEMM shape an eager step can reach, once: the layers' at each padded token count
     up to ``max_tokens``, the LM head's at each count of sampled rows. cuBLAS chooses its kernel
     the first time it meets a shape, 0.3-2.7 ms of host time inside the step that meets it
-    (experiments/runtime/diag_new_shapes), which would land in whichever engine runs first."""
+    (a diagnostic over the H200's recordings), which would land in whichever engine runs first."""
     model, m = runner.model, runner.token_multiple
     head = model.get_output_embeddings()
     layers: dict[tuple, tuple] = {}

@@ -146,7 +146,7 @@ def test_every_efficiency_slows_its_term_only():
 
 
 def seed8192(**gpu):
-    """The h200_run2 seed_8192 shape: 32 x (256 + 8192), table 8448 tokens wide, with the
+    """The seed_8192 shape: 32 x (256 + 8192), table 8448 tokens wide, with the
     decode kernel's launch rule of that build."""
     from cbsim.config.schema import DecodeLaunchConfig
     from cbsim.costs.decode_kernel import RULE_BEFORE
@@ -239,7 +239,7 @@ def test_new_gpu_terms_are_validated(field):
         HostCosts(launch_per_block_us=-1.0)
 
 
-# the runtime's counts on Llama-3-8B (conf/hardware/h200_estimates.yaml, experiments/runtime/diag_launch)
+# the runtime's counts on Llama-3-8B (conf/hardware/h200_estimates.yaml, a diagnostic over the H200's recordings)
 RUNTIME_COUNTS = dict(
     kernels_per_layer=14,
     kernels_extra=21,

@@ -108,7 +108,7 @@ def test_the_70b_shape_is_costed_from_the_8b_kernels():
 def test_an_8b_decode_step_from_the_table_is_near_the_runtime_step():
     """Kernels only, no fitted term: 32 requests at 768 tokens of context; the runtime's async
     decode step at 32 x (256 + 1024) took 5.62-5.64 ms, its forward 5.44 ms
-    (experiments/perf/graph_blas), of which a few small kernels (index and dtype ops, the
+    (an H200 benchmark), of which a few small kernels (index and dtype ops, the
     embedding) and the gaps between kernels are not in the table."""
     f = CostModel(config()).forward(Shape([1] * 32, [768] * 32), graph=True, carry_over=True)
     kernels = f.linear_us + f.lm_head_us + f.attention_us

@@ -36,7 +36,7 @@ def test_the_first_step_waits_out_the_cold_start_and_nothing_else_moves(engine):
 
 def test_a_band_draws_the_cold_start_with_the_host_speed():
     hw = compose(*BASE, "hardware=h200").hardware
-    assert hw.host.loop_start_us > 0  # fitted on h200_run11 (calibration/loop_start.py)
+    assert hw.host.loop_start_us > 0  # fitted on the H200's recordings (calibration/loop_start.py)
     draws = drawn_profiles(hw)
     ratios = {round(d.host.loop_start_us / hw.host.loop_start_us, 9) for d in draws}
     phases = {round(d.host.schedule.fixed_us / hw.host.schedule.fixed_us, 9) for d in draws}

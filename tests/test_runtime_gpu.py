@@ -1,5 +1,5 @@
 """The runtime on CUDA (marker gpu; skipped without CUDA; run on the H200, log in
-experiments/runtime/): async == sync == generate, graphs, streams and the shared graph pool."""
+its log beside a recorded set): async == sync == generate, graphs, streams and the shared graph pool."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_async_overlaps_host_and_gpu_and_shares_the_graph_pool(config_factory):
     """Batch N+1 is launched before batch N's forward ends; two slots' graphs in one pool cost
     about one slot's, not double."""
     # 32 layers: the forward (8x the 4-layer one) above the host's step (0.5-0.8 ms: it varies
-    # 2x between device calls, experiments/runtime/README.md), so the GPU sets the pace
+    # 2x between device calls, runtime/README.md), so the GPU sets the pace
     mid = [o for o in MID if not o.startswith("model.num_layers=")] + ["model.num_layers=32"]
     over = (
         GPU

@@ -159,10 +159,10 @@ def test_per_block_host_costs_grow_with_the_context():
 def test_a_full_launch_queue_holds_the_host_inside_the_launch():
     """Long eager prefills launched back to back (async) fill the driver's launch queue: the
     host's launch of the next one returns only as the GPU works down the previous one, as the
-    runtime showed (h200_run7/long_prompt async: launch ~ the forward). Unbounded: launches are
+    runtime showed (an H200 long_prompt recording, async: launch ~ the forward). Unbounded: launches are
     the host's own time. The GPU's timeline is the same either way."""
     cfg = make("llama3_8b", batch_size=4, prompt_len=4096, gen_len=4, max_batch_tokens=4096)
-    cfg.mode.fuse_epilogues = False  # the build h200_run7 recorded, whose counts these are
+    cfg.mode.fuse_epilogues = False  # the build that recording ran, whose counts these are
     gpu = dict(
         kernels_per_layer=14,
         kernels_extra=21,

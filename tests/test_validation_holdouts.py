@@ -3,7 +3,7 @@ never saw; the async speedup per workload; bands that say whether the recording 
 
 Synthetic recordings: simulator traces of two model shapes in two device calls of one stack (the
 second call's host 20% slower), each call a directory with its manifest.yaml, as
-experiments/runtime/<session>/ holds them.
+experiments/recordings/<gpu>/<set>/ holds them.
 """
 
 from __future__ import annotations

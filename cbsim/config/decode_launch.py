@@ -10,7 +10,7 @@ from cbsim.config.errors import ConfigError, check_range
 @dataclass
 class DecodeLaunchConfig:
     """The decode kernel's launch rule (cbsim.costs.decode_kernel.LaunchRule): chosen from the
-    H200 kernel tables that timed every launch (experiments/kernels/partition_rule/): over
+    H200 kernel tables that timed every launch (the H200's kernel probes): over
     1-256 requests x 256-16384 tokens of the three Llama shapes it is 2.7% above the fastest
     launch (geometric mean; 3.1% of the total time), the rule before it 17.5% (5.5%), which
     left 1-16 requests 1.1-2.9x slower than they can be."""

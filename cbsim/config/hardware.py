@@ -132,7 +132,7 @@ class HostCosts:
     # by the host's level or a band's draw; 0 = every replay alike
     graph_first_replay_us_per_kernel: float = 0.0
     # CPU time per KV-cache block of the batch (kv_tokens // block_size + requests) inside a
-    # launch: the runtime's copy-in stages the block tables there (h200_run2: launch 700 us at 1K
+    # launch: the runtime's copy-in stages the block tables there (the H200's recordings: launch 700 us at 1K
     # context, 1,100 us at 8K); 0 = a launch independent of the context
     launch_per_block_us: float = 0.0
     # CPU time to enqueue one async copy
@@ -148,7 +148,7 @@ class HostCosts:
     # the loop's start: from the run's time zero to its first step's launch, beyond what the
     # first step's phases cost in steady state (the runtime records its trace anchor, and the
     # first schedule, prepare and copy run cold: 1-7 ms recorded, 0.5 ms simulated without it,
-    # experiments/runtime/h200_run11); the host waits it out before its first schedule
+    # an H200 recording); the host waits it out before its first schedule
     loop_start_us: float = 0.0
     spread: HostSpread = field(default_factory=HostSpread)
     # the host's two speed levels over time; the costs above are the fast level
@@ -220,7 +220,7 @@ class GpuCosts:
     # kernels outside the layers (embedding, final norm, LM head, sampling)
     kernels_extra: int = 6
     # Kernels by the attention groups a step holds, on top of kernels_per_layer (0: one count
-    # for every step). The runtime's counts (experiments/runtime/diag_launch/run8, Kineto,
+    # for every step). The runtime's counts (a diagnostic over the H200's recordings, Kineto,
     # Llama-3-8B on the H200): decode graph 565 nodes, eager prompt-only step 731, decode rows
     # + prompt starts 828, + chunks after a cached prefix 1256. Per layer when the step has
     # decode rows (their attention: split-K, reduce, the scatter into a mixed step's output):
@@ -239,33 +239,33 @@ class GpuCosts:
     # Continuations (chunks after a cached prefix) go through the masked kernel, a few query rows
     # per (request, kv head) walking the whole gathered table, one program per kv head in
     # parallel: besides FLOPs and bytes it takes this long per element each program walks, table
-    # tokens x head_dim, of the widest continuation's table, per layer (h200_run8 long_prompt, 8B:
-    # 2-7 rows against an 8208-token table added 15-30 ms to a 255 ms step; h200_run9 1b_8x8192,
+    # tokens x head_dim, of the widest continuation's table, per layer (the H200's long_prompt recording, 8B:
+    # 2-7 rows against an 8208-token table added 15-30 ms to a 255 ms step; its 1b_8x8192 recording,
     # head_dim 64, 16 layers: 7-8 ms at 8192 tokens). 0 = none
     prefix_walk_us_per_element: float = 0.0
     # Launches the driver queues before cudaLaunchKernel blocks the host: an eager forward
     # whose kernels outrun the GPU by this many returns only as the GPU catches up (H200,
-    # CUDA 13: 1021, experiments/runtime/diag_launch: the 1022nd launch behind a sleeping
+    # CUDA 13: 1021, a diagnostic over the H200's recordings: the 1022nd launch behind a sleeping
     # kernel blocked). A graph replay is one launch. 0 = unbounded
     launch_queue_depth: int = 0
     # GPU time of the in-graph carry-over scatter-add, microseconds
     carry_over_us: float = 3.0
     # GPU time per computed row (query token, a decode graph's padded rows included) on the
     # memory-bound side of the linear layers, beyond streaming weights and activations: skinny
-    # GEMMs slow down with M (h200_run1, decode at batch 4, 8, 32: 7018 + 22.6 x rows + 0.0292 x KV
+    # GEMMs slow down with M (the H200's recordings, decode at batch 4, 8, 32: 7018 + 22.6 x rows + 0.0292 x KV
     # tokens us). Prefill is FLOP-bound, so it does not pay it. 0 = none
     gemm_row_us: float = 0.0
     # The split-K decode-attention kernel (runtime/kernels/paged_attention.py, pick_partition):
     # each (request, kv head, partition) program walks its partition's KV tiles one after another,
     # so besides the KV bytes the kernel takes this long per KV token of the longest walk, all
-    # layers together: min(longest decode context, partition). h200_run2 seed_8192: 0.038 us per
+    # layers together: min(longest decode context, partition). The H200's seed_8192 recording: 0.038 us per
     # KV token below 4096 context, 0.020 above, where the partition (4096 tokens) splits in two.
     # 0 = attention bound by bytes and FLOPs only
     attention_walk_us_per_token: float = 0.0
     # The decode kernel reads only live KV but computes whole tiles (engine.decode_launch's
     # tile): this share of its time grows per tile, the rest per
     # token. A kernel table times contexts at tile multiples, where the two agree; between them
-    # this share is charged at each context rounded up to its tile (h200_run9: the decode step's
+    # this share is charged at each context rounded up to its tile (the H200's recordings: the decode step's
     # residual is a sawtooth in context mod the tile, largest just past a multiple). 0 = per token
     attention_tile_share: float = 0.0
     # Every kernel-table time (GEMMs, elementwise, attention) times this: a table carries the
@@ -279,8 +279,8 @@ class GpuCosts:
     attention_tile_share_bytes: float = 0.0
     # A compute stream that sat idle runs its next forward slower (clocks and caches cooling
     # down while the host works): the forward takes idle_slowdown us longer per us of idle before
-    # it (sync vs async on the same batches: h200_run1 and run3 +5..60 us after 0.3..1.5 ms of
-    # idle, about 0.04 us per idle us; h200_run2 about 1, as its forward span also holds the
+    # it (sync vs async on the same batches: two H200 recordings +5..60 us after 0.3..1.5 ms of
+    # idle, about 0.04 us per idle us; another about 1, as its forward span also holds the
     # 700 us graph launch). A threshold below which idling costs nothing (about 150 us in run1)
     # is not separable from forward_fixed_us in these recordings, so there is none. 0 = a
     # forward independent of what came before
@@ -291,7 +291,7 @@ class GpuCosts:
     decode_wave_programs: int = 0
     # A one-wave decode launch ends with its longest request, where a kernel table times even
     # contexts: its attention is charged this share of the way from the batch's mean context to
-    # its longest (measured, not fitted: experiments/runtime/diag_poisson_steps.py --fit-uneven).
+    # its longest (measured, not fitted: a diagnostic over the H200's recordings).
     # 0 = at the mean context, every launch
     decode_uneven_share: float = 0.0
     spread: GpuSpread = field(default_factory=GpuSpread)

@@ -11,7 +11,7 @@ from cbsim.config.errors import check_positive, check_range
 @dataclass
 class HostRegimes:
     """The host's speed switching between two levels over time (a VM-level effect, invisible to
-    the guest: experiments/runtime/h200_run10_diag): the fitted host costs are the fast level,
+    the guest: an H200 recording): the fitted host costs are the fast level,
     and while the host is slow every host cost is ``slow_factor`` times longer. The level is a
     two-state continuous-time Markov process with exponential dwell times of these means. A plain
     simulation runs the host at the expected factor; a band's draw (cbsim/bands.py) draws one

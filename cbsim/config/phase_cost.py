@@ -30,14 +30,14 @@ class PhaseCost:
     per_token_us: float = 0.0
     # per KV-cache block in the batch's block tables (sum over requests of ceil(context / block),
     # counted as kv_tokens // block_size + requests): building and packing the tables grows with
-    # the context (h200_run2: prepare 280 -> 370 us, launch 650 -> 850 us over seed_8192). 0 = none
+    # the context (the H200's recordings: prepare 280 -> 370 us, launch 650 -> 850 us over seed_8192). 0 = none
     per_block_us: float = 0.0
-    # per request squared: host work that grows faster than the batch (h200_run8 async decode
+    # per request squared: host work that grows faster than the batch (an H200 recording's async decode
     # medians: prepare 80 / 83 / 126 us at 16 / 32 / 64 requests); a fit up to 64 requests hardly
     # tells it from per_request_us, one over batch 1-256 does. 0 = linear in the requests
     per_request_sq_us: float = 0.0
     # once per step that holds prompt tokens (T > R): admitting requests, and the eager step's
-    # full packing where a graph step writes only what changed (h200_run11: schedule and prepare
+    # full packing where a graph step writes only what changed (the H200's recordings: schedule and prepare
     # 270-290 us each at 1-3000 prompt tokens, against 32 and 71 us a decode step); 0 = none
     per_prefill_step_us: float = 0.0
 

@@ -10,7 +10,7 @@ model prices them.
 
 A continuation is a few query rows against a long table: the masked path runs one program per
 kv head and query block walking the whole gathered table (2-7 rows against an 8208-token table
-added 15-30 ms to a 255 ms step of the 8B, h200_run8 long_prompt; hardware.gpu.
+added 15-30 ms to a 255 ms step of the 8B, the H200's long_prompt recording; hardware.gpu.
 prefix_walk_us_per_element). As decode rows the table is read with the decode kernel's split-K
 parallelism, as the kernel tables time it. Which route is faster at which length is what
 benchmarks/bench_continuation.py measures; it has not run on the GPU, and

@@ -10,7 +10,7 @@ the same arithmetic elementwise on numpy arrays, for the fast-forward): decode s
 milliseconds each, back to back, so they run there. ``lagged`` is the simulator's for a step
 with prompt tokens, long against the clock's time constant: it starts from the clock the
 forward before it left (recovered over any idle before it) and moves towards its own settled
-ratio as it runs (experiments/kernels/h200_probe: GEMMs slowed within 50-150 ms of sustained
+ratio as it runs (the H200's kernel probes: GEMMs slowed within 50-150 ms of sustained
 load).
 """
 

@@ -1,7 +1,7 @@
 """The token rows an eager forward computes, in both back ends (engine.eager_token_multiple).
 
 cuBLAS chooses a GEMM's kernel the first time the process meets its shape, 0.3-2.7 ms of host
-time a shape on the H200 (experiments/runtime/diag_new_shapes): a mixed step of a new token
+time a shape on the H200 (a diagnostic over the H200's recordings): a mixed step of a new token
 count paid 4-10 ms more, in whichever engine of a comparison ran first. Rounding a step's token
 count up to a multiple leaves a run few shapes, which the runtime's warm-up runs once each; the
 padding rows go through the layers (the simulator charges them too) and write only the scratch

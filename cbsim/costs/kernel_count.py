@@ -1,5 +1,5 @@
 """How many kernels a forward runs (graph nodes when replayed): the runtime's counts
-(hardware.gpu.*kernels*, counted by Kineto on the H200, experiments/runtime/diag_launch): the
+(hardware.gpu.*kernels*, counted by Kineto on the H200, a diagnostic over the H200's recordings): the
 layers' own kernels, plus those of each attention group a step holds (decode rows, prompt chunks
 from position 0, chunks after a cached prefix) and the kernels once per forward.
 
@@ -7,14 +7,14 @@ Each kernel pays one gap (hardware.gpu.graph_node_gap_us or eager_kernel_gap_us)
 or not: a table's kernel is timed back to back with copies of itself, and inside the forward,
 between kernels of other kinds, it measurably costs more. Charging the gap only to the kernels
 the table does not time (the per-forward extras) made the held-out model shapes worse
-(h200_run9, model holdout: the 1B's async decode +2..+3% -> +5..+9%, the 8B's further short):
+(the H200's recordings, model holdout: the 1B's async decode +2..+3% -> +5..+9%, the 8B's further short):
 the recorded steps grow with the layers by about a gap per kernel beyond the table's times.
 """
 
 from __future__ import annotations
 
 # What mode.fuse_epilogues removes, read off the runtime's code (runtime/kernels/fused_epilogues.py)
-# and counted by Kineto on the H200 (experiments/perf/epilogues: 565 -> 437 nodes an 8B decode
+# and counted by Kineto on the H200 (an H200 benchmark: 565 -> 437 nodes an 8B decode
 # graph): per layer, the two residual adds (the o_proj and down GEMMs add into the residual), one
 # of SiLU and the multiply, one of the K and V cache writes
 FUSED_LAYER_KERNELS_SAVED = 4

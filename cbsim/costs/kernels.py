@@ -132,7 +132,7 @@ class KernelCosts:
     def tile_share(self, rows: int, tile: int, share: float) -> float:
         """The share of the decode kernel's time that grows per whole tile at ``rows`` requests:
         ``share`` for a latency-bound batch, falling as the tile's KV bytes over the batch grow
-        (experiments/kernels/h200_probe: 0.66 at 1 request, 0.33 at 256 of the 8B shape)."""
+        (the H200's kernel probes: 0.66 at 1 request, 0.33 at 256 of the 8B shape)."""
         if not self.tile_share_bytes:
             return share
         return share / (1.0 + rows * self.kv_bytes_per_token * tile / self.tile_share_bytes)

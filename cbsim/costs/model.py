@@ -228,7 +228,7 @@ class CostModel(BufferBytes):
         """The linear layers and the LM head over ``q_tokens`` computed and ``sampled`` rows."""
         # the GEMMs: a roofline of their FLOPs and their weights; the activations' reads and
         # writes (norms, RoPE, SiLU, residual adds) are kernels of their own, memory-bound,
-        # added (in a prefill their max with the FLOPs hid 33 ms at 8K tokens, h200_run8)
+        # added (in a prefill their max with the FLOPs hid 33 ms at 8K tokens, the H200's recordings)
         linear = (
             max(
                 self.linear_flops_per_token * q_tokens / self.gemm_flops,

@@ -1,7 +1,7 @@
 """The host's speed over simulated time: the factor every host cost is charged at.
 
 The GPU machine's host switches between a fast and a slow level (hardware.host.regimes: a
-VM-level effect, experiments/runtime/h200_run10_diag). A plain simulation charges every host
+VM-level effect, an H200 recording). A plain simulation charges every host
 phase at the expected factor, a constant: the point prediction. A band's draw
 (hardware.host.spread.jitter, seeded by hardware.host.spread.seed) runs one realization of the
 two-state continuous-time Markov process instead: exponential dwell times of the two means,

@@ -19,7 +19,7 @@ from cbsim.trace.perfetto import with_derived
 # Host work inside a runtime launch after the graph is submitted (compute_done, the D2H wait and
 # copy, d2h_done, the tracing events). The runtime measures it per run (otherData
 # .post_graph_host_us, the median); a trace without it gets this default, above the medians
-# measured on the H200 (61-113 us, experiments/runtime/README.md).
+# measured on the H200 (61-113 us, runtime/README.md).
 POST_GRAPH_HOST_US = 120.0
 # Below this the drift is within the timestamps' resolution: nothing to spread (us).
 MIN_DRIFT_US = 1.0

@@ -4,7 +4,7 @@ At batch 32 a decode step's elementwise work is tiny, but transformers' torch co
 many small kernels: LlamaRMSNorm about 7 (cast, square, mean, add, rsqrt, multiply, cast, scale) and
 apply_rotary_pos_emb about 10 (two multiplies, a negate, a concatenate and an add, for q and for k).
 Over 32 layers that is some 900 launches per step, about 2 ms of a 7 ms step on the H200 even when
-graph-replayed (experiments/perf-notes.md). `fuse_norm_and_rope(model)` replaces them with one Triton
+graph-replayed (the H200 benchmarks). `fuse_norm_and_rope(model)` replaces them with one Triton
 kernel per RMSNorm and one per rotary application:
 
 - every `*RMSNorm` module (with `weight` and `variance_epsilon`) gets an instance-level `forward`

@@ -4,7 +4,7 @@ After the projections are fused and RMSNorm and RoPE are one kernel each, a deco
 8B shape at batch 32 still launches four kernels that move almost nothing: the two residual adds,
 one of SiLU and the multiply after gate/up, one of the K and V cache writes. Each costs 1.5-3 us
 inside a replayed graph and 30-60 us of host time when launched eagerly
-(experiments/perf-notes.md). Here:
+(the H200 benchmarks). Here:
 
 - ``o_proj`` and ``down_proj`` add their GEMM into the residual (``addmm_``: cuBLAS with beta = 1
   reads and writes the residual as C; inference only, with autograd on they add after): the

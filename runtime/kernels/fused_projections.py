@@ -10,7 +10,7 @@ saving needs only that the parts see one input object, which holds for transform
 Qwen2-style layers. Works under CUDA-graph capture (the caching is Python-side, at capture time).
 
 At batch 32 an 8B decode step is weight-bandwidth bound; one GEMM reading [q;k;v] runs nearer the
-copy bandwidth than three, the small k/v GEMMs being the least efficient (experiments/perf-notes.md).
+copy bandwidth than three, the small k/v GEMMs being the least efficient (the H200 benchmarks).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from cbsim.costs.decode_kernel import LaunchRule
 
 # The launch rule ("auto": tile and split-K partition from the table width) is shared with the
 # cost model and configured as engine.decode_launch (cbsim/costs/decode_kernel.py); this is its
-# default, chosen from the H200 kernel tables (experiments/kernels/partition_rule/).
+# default, chosen from the H200 kernel tables (the H200's kernel probes).
 DEFAULT_RULE = LaunchRule.of()
 
 DecodeAttention = Callable[..., torch.Tensor]
@@ -217,7 +217,7 @@ def compiled_variants(
     one partition or several, the reduce's padded split count) and the integer arguments
     Triton specialises (equal to 1, divisible by 16: the table stride and the split count).
     Eager mixed steps reach many of them; compiling one mid-run costs 0.1-1 s (measured on
-    the H200, experiments/runtime/README.md), so the runtime's warm-up runs each once."""
+    the H200, runtime/README.md), so the runtime's warm-up runs each once."""
     seen: dict[tuple, tuple[int, int]] = {}
     # from this many rows on every table is one split per (request, kv head): the variants
     # depend on the width alone, so rows past it add none

@@ -2,7 +2,7 @@
 
 torch's argmax over the last dimension runs a program per row that walks the whole vocabulary:
 26-27 us for 1 to 128 rows of 128K bf16 logits on the H200, a hundred times the bytes' time
-(experiments/kernels/h200). Here each program takes one chunk of a row (its maximum and first
+(cbsim/kernel_tables/h200). Here each program takes one chunk of a row (its maximum and first
 index), and a second kernel picks each row's first chunk holding the maximum, so the result is
 torch's to the index (ties go to the first maximum). On tensors Triton cannot take (CPU, no
 triton) it is torch's argmax.
