@@ -246,3 +246,52 @@ def test_the_report_reads_the_per_kernel_table():
     top = table[S.GRAPH_REPLAY]["top"][0]
     html = kernel_tables(records)[S.GRAPH_REPLAY]
     assert top["name"][:40] in html and f"{top['share']:.1%}" in html
+
+
+@pytest.mark.parametrize(
+    "name, cat, category",
+    [
+        (
+            "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7",
+            "kernel",
+            "attention",
+        ),
+        ("nvjet_sm90_tst_72x64_64x12_4x1_v_bz_TNN", "kernel", "GEMM"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize", "kernel", "GEMM"),
+        ("void at::native::elementwise_kernel<128, 4, direct_copy_kernel_cuda>", "kernel", "copy"),
+        ("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", "copy"),
+        ("void at::native::vectorized_elementwise_kernel<8, FillFunctor>", "kernel", "elementwise"),
+        ("triton_poi_fused_add_rms_norm_0", "kernel", "elementwise"),
+        ("some_unknown_library_kernel_v2", "kernel", "other"),
+    ],
+)
+def test_a_kernel_name_reads_as_an_engineer_reads_it(name, cat, category):
+    from cbsim.trace.kernel_category import kernel_category
+
+    assert kernel_category(name, cat) == category
+
+
+def test_the_import_leads_with_its_kernel_categories_and_top_kernel(tmp_path):
+    """transformers' continuous batching on the H200: attention first, its cuDNN SDPA kernel the
+    top one, in the report's headline; the categories hold every kernel's and copy's time."""
+    from cbsim.report.kernels import category_sentence, category_totals
+
+    path = DATA / "kineto_h200_transformers_cb.json.gz"
+    trace = import_kineto(path)
+    totals = category_totals(trace)
+    assert next(iter(totals)) == "attention"
+    raw = json.load(gzip.open(path))["traceEvents"]
+    gpu_us = sum(
+        e["dur"]
+        for e in raw
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
+    assert sum(totals.values()) == pytest.approx(gpu_us, rel=0.02)
+    sentence = category_sentence(trace)
+    assert sentence.startswith("GPU time by kernel category: attention")
+    assert "cudnn_generated_fort_native_sdpa" in sentence
+    write_trace(trace, tmp_path / "k.json.gz")
+    assert report_main([str(tmp_path / "k.json.gz"), "-o", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert html.index("GPU time by kernel category") < html.index("Where the time went")
+    assert "<td>generated tokens</td><td>-</td>" in html  # an import counts no tokens

@@ -60,6 +60,33 @@ def _import_records(table: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def category_totals(trace: Trace) -> dict[str, float]:
+    """GPU microseconds by kernel category over every kind of step (a Kineto import's)."""
+    kineto = trace.other_data.get("kineto")
+    table = kineto.get(KERNELS_KEY) if isinstance(kineto, dict) else None
+    out: dict[str, float] = {}
+    for g in table.values() if isinstance(table, dict) else []:
+        cats = g.get("categories") if isinstance(g, dict) else None
+        for c, us in (cats or {}).items():
+            if isinstance(us, (int, float)):
+                out[c] = out.get(c, 0.0) + float(us)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def category_sentence(trace: Trace) -> str | None:
+    """'GPU time by kernel category: attention 90.9%, GEMM 5.1%, ...; the top kernel, X, 90.9%'
+    for a trace that recorded its kernels; None otherwise."""
+    totals = category_totals(trace)
+    whole = sum(totals.values())
+    if whole <= 0:
+        return None
+    parts = ", ".join(f"{c} {us / whole:.1%}" for c, us in totals.items() if us / whole >= 0.001)
+    records = [r for r in kernel_records(trace) if not r["name"].startswith("(")]
+    top = max(records, key=lambda r: r["gpu_us"], default=None)
+    tail = f"; the top kernel, {_short(top['name'])}, {top['gpu_us'] / whole:.1%}" if top else ""
+    return f"GPU time by kernel category: {parts}{tail}."
+
+
 def kernel_tables(records: list[dict[str, Any]], top: int = TOP) -> dict[str, str]:
     """Per step kind, an HTML table of the top kernels by share of that kind's GPU time."""
     kinds: dict[str, list[dict[str, Any]]] = {}
@@ -105,6 +132,9 @@ def kernels_section(page: Page, traces: dict[str, Trace]) -> None:
     for engine, records in found.items():
         tables = kernel_tables(records)
         page.para(f"<b>{esc(engine)}</b>")
+        sentence = category_sentence(traces[engine])
+        if sentence:
+            page.para(esc(sentence))
         page.add(
             '<div class="grid">' + "".join(f"<div>{t}</div>" for t in tables.values()) + "</div>"
         )

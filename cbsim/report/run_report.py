@@ -10,7 +10,7 @@ from cbsim.metrics import why_line
 from cbsim.report.charts import stacked_steps_figure, step_time_figure, time_split_figure
 from cbsim.report.frames import RunFrames, run_frames
 from cbsim.report.html import Page, esc, table
-from cbsim.report.kernels import kernels_section
+from cbsim.report.kernels import category_sentence, kernels_section
 from cbsim.report.machine import recorded_on
 from cbsim.report.serving import (
     cdf_figure,
@@ -140,6 +140,10 @@ def build_page(
     why = why_line(metrics)
     if why:
         page.para(esc(why), "lead why")
+    for trace in traces.values():
+        categories = category_sentence(trace)
+        if categories:
+            page.para(esc(categories), "lead")
     if config is not None and config.description:
         page.para(esc(config.description), "note")
     tables = [metrics_table(metrics)]

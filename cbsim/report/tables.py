@@ -89,10 +89,20 @@ def verdict(metrics: dict[str, dict[str, Any]]) -> str:
     return " ".join(lines)
 
 
+# what an import of another engine's profile cannot count: no tokens, not zero tokens
+UNCOUNTED_IN_IMPORTS = ("generated_tokens", "tokens_per_s")
+
+
+def _shown(m: dict[str, Any], key: str) -> Any:
+    if key in UNCOUNTED_IN_IMPORTS and m.get("source") == "kineto" and not m.get(key):
+        return None
+    return m.get(key)
+
+
 def metrics_table(metrics: dict[str, dict[str, Any]]) -> str:
     names = list(metrics)
     rows = [
-        [label, *(_fmt(metrics[n].get(key), fmt) for n in names)]
+        [label, *(_fmt(_shown(metrics[n], key), fmt) for n in names)]
         for label, key, fmt in SUMMARY_ROWS
     ]
     if any(floor_basis(metrics[n]) for n in names):

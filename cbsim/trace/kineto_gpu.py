@@ -12,6 +12,7 @@ import numpy as np
 
 from cbsim.trace import schema as S
 from cbsim.trace.builder import TraceBuilder
+from cbsim.trace.kernel_category import kernel_category
 
 GRAPH_LAUNCH = "cudaGraphLaunch"
 MAX_NAME = 120
@@ -19,6 +20,8 @@ MAX_NAME = 120
 OVERLAP_TOLERANCE_US = 1.0
 # the per-kernel table (otherData.kineto.kernels): how many names per kind of step, how long
 TOP_KERNELS = 20
+# what a step or a stream spends GPU time on: kernels and the profiler's copies
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 MAX_KERNEL_NAME = 240
 OUTSIDE_STEPS = "outside steps"
 EXTRA_LANE_PREFIX = "stream:"
@@ -136,21 +139,26 @@ def gpu_spans(
 def kernel_table(ordered: list[dict[str, Any]], loose: list, top: int = TOP_KERNELS) -> dict:
     """GPU time per kernel name, per kind of step (``graph_replay`` / ``forward``: how the step
     ran) and ``outside steps`` (kernels on any stream no step holds): for each kind its steps,
-    its kernel time and the ``top`` kernels by time with their share of that kind's time."""
+    its kernel time, the ``top`` kernels by time with their share of that kind's time, and the
+    GPU time (kernels and copies) by category (kernel_category.py)."""
     groups: dict[str, dict[str, Any]] = {}
     for f in ordered:
         kind = S.GRAPH_REPLAY if f["graph"] else S.FORWARD
         g = groups.setdefault(kind, {"steps": 0, "kernels": []})
         g["steps"] += 1
-        g["kernels"].extend(e for e in f.get("members", []) if e["cat"] == "kernel")
-    rest = [e for e, _lane, _step in loose if e["cat"] == "kernel"]
+        g["kernels"].extend(e for e in f.get("members", []) if e["cat"] in GPU_WORK)
+    rest = [e for e, _lane, _step in loose if e["cat"] in GPU_WORK]
     if rest:
         groups[OUTSIDE_STEPS] = {"steps": 0, "kernels": rest}
     out = {}
     for kind, g in groups.items():
         time_by: Counter[str] = Counter()
         calls: Counter[str] = Counter()
+        categories: Counter[str] = Counter()
         for e in g["kernels"]:
+            categories[kernel_category(e["name"], e["cat"])] += e["dur"]
+            if e["cat"] != "kernel":
+                continue
             name = e["name"][:MAX_KERNEL_NAME]
             time_by[name] += e["dur"]
             calls[name] += 1
@@ -158,6 +166,7 @@ def kernel_table(ordered: list[dict[str, Any]], loose: list, top: int = TOP_KERN
         out[kind] = {
             "steps": g["steps"],
             "kernel_us": round(busy, 3),
+            "categories": {c: round(us, 3) for c, us in categories.most_common()},
             "top": [
                 {
                     "name": name,
