@@ -15,6 +15,7 @@ from cbsim.report.timeline import overview_figure
 from cbsim.rundir import atomic_write_text
 from cbsim.trace import Trace
 from cbsim.trace import schema as S
+from cbsim.validation.judge import check_lines, judged_table
 from cbsim.validation.runs import TARGETS, RunResult
 from cbsim.validation.speedup import SPEEDUP_POINTS, Speedup
 
@@ -172,6 +173,8 @@ def build_page(results: list[RunResult], pairs: list[Speedup], out: dict[str, An
     page = Page(title)
     page.heading(title, level=1)
     page.para(esc(lead(out, held_label)), "lead")
+    if out.get("judged"):
+        add_judged(page, out["judged"])
     if pairs:
         page.heading("Async speedup per workload, recorded vs predicted", anchor="speedup")
         rows, classes = speedup_rows(pairs, held_label)
@@ -219,6 +222,14 @@ def build_page(results: list[RunResult], pairs: list[Speedup], out: dict[str, An
     page.figure(distribution_figure(results), "steps")
     add_timelines(page, results)
     return page
+
+
+def add_judged(page: Page, j: dict[str, Any]) -> None:
+    """The lead table (predicted vs the recorded mean of the repeats, the constant baseline
+    beside) and the targets, as the terminal prints them (cbsim.validation.judge)."""
+    page.heading("Predicted vs the recorded mean of the repeats", anchor="judged")
+    page.add(f"<pre>{esc(judged_table(j))}</pre>")
+    page.add(f"<pre>{esc(chr(10).join(check_lines(j)))}</pre>")
 
 
 def add_timelines(page: Page, results: list[RunResult]) -> None:

@@ -30,10 +30,12 @@ from cbsim.trace import write_trace
 from cbsim.validation.anchor import DEFAULT_ANCHOR, HOST_MODELS, anchored_results
 from cbsim.validation.banding import attach_bands
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
+from cbsim.validation.judge import check_lines, judge, judged_table
 from cbsim.validation.report import write_validation_report
 from cbsim.validation.runs import RunResult, error_table, validate_run
 from cbsim.validation.speedup import speedup_table, speedups
 from cbsim.validation.summary import summary
+from cbsim.validation.targets import targets_from, targets_source
 
 log = logging.getLogger("cbsim")
 
@@ -72,6 +74,9 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "recording lies inside: true, false, or auto (when a run is predicted from other calls)",
         "report": "write validation.html",
         "save_sim_traces": "also write each simulated trace",
+        "targets": "what the held-out workloads (repeats grouped, judged against their mean) "
+        "are judged against: a mapping of cbsim.validation.targets.Targets' fields and a "
+        "source line (conf/experiment/judge.yaml)",
     },
 }
 HOLDOUTS = (*LEAVE_OUT, "loo", "fit_on", "profile", "anchored")
@@ -256,6 +261,8 @@ def run_validate(
 ) -> dict[str, Any]:
     extra = config.extra
     holdout = chosen_holdout(extra, recs)
+    targets = extra.get("targets")
+    judging = targets_from(targets)  # a wrong target ends the run before any simulation
     results = held_out_results(config, recs, holdout, root)
     pairs = speedups(results)
     if wants_bands(extra, holdout, results):
@@ -265,6 +272,7 @@ def run_validate(
         "holdout": holdout,
         "hardware_base": config.hardware.name,
         "recordings": str(root),
+        "judged": judge(pairs, judging, targets_source(targets)),
         "summary": summary(results, pairs),
         "speedups": [p.as_dict() for p in pairs],
         "runs": [r.as_dict() for r in results],
@@ -276,6 +284,10 @@ def run_validate(
     if extra.get("report", True):
         write_validation_report(results, pairs, out, run_dir / "validation.html")
     if config.output.print_table:
+        if out["judged"]:
+            print(f"async speedup per workload ({holdout}), predicted vs the recorded mean:")
+            print(judged_table(out["judged"]))
+            print("\n".join(check_lines(out["judged"])))
         print_tables(holdout, results, pairs, out["summary"])
     return out
 

@@ -1,0 +1,197 @@
+"""Judging against the noise: repeats of a workload are grouped and the prediction is judged
+against their mean, beside a constant baseline, with the targets of issue #39.
+
+The recordings are hand-made loop traces (tests/synthetic_trace.py) carrying a run config, so
+they group as recordings do; each repeat's host runs a little faster or slower, as separate
+device calls do. The CLI test runs +experiment=judge on the shipped h200_run8 set copied as
+repeats.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from functools import cache
+from math import comb
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import compose_cfg, make_config
+from omegaconf import OmegaConf
+from synthetic_trace import loop_trace
+
+from cbsim.calibration.recordings import PACKAGED_RECORDINGS, load
+from cbsim.config import ConfigError
+from cbsim.trace import write_trace
+from cbsim.validation.judge import binomial_interval, check_lines, judge, judged_table
+from cbsim.validation.measure import measure
+from cbsim.validation.runs import RunResult
+from cbsim.validation.speedup import speedups
+from cbsim.validation.targets import Targets, targets_from
+
+# case -> (batch, host us per step, GPU us per step): async pays little to much
+CASES = {"gpu_bound": (32, 600.0, 3000.0), "even": (16, 1400.0, 2000.0), "host": (8, 2000.0, 900.0)}
+# each repeat's host speed, as separate calls move it
+HOST = (0.94, 1.0, 1.07)
+
+
+@cache
+def config_for(batch: int) -> dict:
+    return OmegaConf.to_container(compose_cfg([f"workload.batch_size={batch}"]), resolve=True)
+
+
+def record(root: Path, repeat: int, case: str, engine: str, speed: float) -> Path:
+    batch, cpu, gpu = CASES[case]
+    trace = loop_trace(engine, 40, batch, cpu_us=cpu * speed, gpu_us=gpu)
+    trace.other_data["config"] = copy.deepcopy(config_for(batch))
+    (root / f"r{repeat}" / case).mkdir(parents=True, exist_ok=True)
+    return write_trace(trace, root / f"r{repeat}" / case / f"trace_{engine}.json.gz")
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """Three workloads recorded three times (one call each), predicted with the nominal host."""
+    root = tmp_path_factory.mktemp("repeats")
+    paths = []
+    for i, speed in enumerate(HOST):
+        (root / f"r{i}").mkdir()
+        (root / f"r{i}" / "manifest.yaml").write_text(f"session: set\ncall: call{i}\n")
+        paths += [record(root, i, c, e, speed) for c in CASES for e in ("sync", "async")]
+    results = []
+    for rec in load(paths, root):
+        batch, cpu, gpu = CASES[rec.path.parent.name]
+        sim = loop_trace(rec.engine, 40, batch, cpu_us=cpu, gpu_us=gpu)
+        results.append(RunResult(rec, sim, measure(rec.trace), measure(sim), True))
+    return speedups(results)
+
+
+def test_repeats_are_grouped_and_judged_against_their_mean(pairs):
+    j = judge(pairs, Targets())
+    assert [r["workload"] for r in j["workloads"]] == list(CASES)
+    for row in j["workloads"]:
+        mine = [p.recorded for p in pairs if p.workload.endswith(row["workload"])]
+        assert row["n"] == 3 and row["calls"] == ["call0", "call1", "call2"]
+        assert row["recorded_mean"] == pytest.approx(np.mean(mine))
+        assert (
+            row["recorded_std"] == pytest.approx(np.std(mine, ddof=1)) and row["recorded_std"] > 0
+        )
+        assert row["speedup_points"] == pytest.approx(100 * (row["predicted"] - np.mean(mine)))
+    # async pays little where the GPU bounds the loop, most where host and GPU are even
+    speed = {r["workload"]: r["recorded_mean"] for r in j["workloads"]}
+    assert speed["gpu_bound"] < speed["host"] < speed["even"]
+
+
+def test_the_constant_baseline_is_the_median_of_the_other_workloads(pairs):
+    j = judge(pairs, Targets())
+    means = [r["recorded_mean"] for r in j["workloads"]]
+    assert j["baseline"]["kind"] == "others"
+    for i, row in enumerate(j["workloads"]):
+        assert row["baseline"] == pytest.approx(np.median(means[:i] + means[i + 1 :]))
+    # a prediction from the nominal host is far better than one speedup for all
+    rmse, gain = j["checks"][0], j["checks"][1]
+    assert rmse["passed"] and rmse["value"] < 1.0
+    assert gain["passed"] and gain["baseline_rmse_points"] > 3 * rmse["value"]
+    lo, hi = rmse["interval"]
+    assert lo <= rmse["value"] <= hi
+
+
+def test_the_bootstrap_is_seeded_and_bounded_by_the_workloads_errors(pairs):
+    a, b = judge(pairs, Targets(seed=3)), judge(pairs, Targets(seed=3))
+    assert a["checks"][:2] == b["checks"][:2]
+    err = [abs(r["speedup_points"]) for r in a["workloads"]]
+    lo, hi = a["checks"][0]["interval"]
+    assert min(err) - 1e-9 <= lo <= hi <= max(err) + 1e-9
+
+
+def test_time_targets_compare_each_engine_with_its_mean(pairs):
+    j = judge(pairs, Targets())
+    row = j["workloads"][0]
+    runs = [p.async_ for p in pairs if p.workload.endswith(row["workload"])]
+    real = np.mean([r.real["total_time_s"] for r in runs])
+    sim = np.mean([r.sim["total_time_s"] for r in runs])
+    assert row["async_total_pct"] == pytest.approx(100 * (sim - real) / real)
+    checks = {c["target"]: c for c in j["checks"]}
+    assert checks["async total max |error| (%)"]["value"] >= abs(row["async_total_pct"])
+    # no bands drawn: the band targets are not judged, and do not fail the verdict
+    assert checks["P5-P95 bands"]["passed"] is None
+
+
+def test_bands_decide_whether_async_pays(pairs):
+    for p in pairs:  # a band per pair as attach_bands sets it: +-1 point around the prediction
+        p.band = (p.predicted - 0.01, p.predicted + 0.01)
+    try:
+        j = judge(pairs, Targets())
+    finally:
+        for p in pairs:
+            p.band = None
+    checks = {c["target"].split(" (")[0]: c for c in j["checks"]}
+    decides = [r["band_decides"] for r in j["workloads"]]
+    assert decides == ["pays" if r["band"][0] >= 1.02 else "no" for r in j["workloads"]]
+    assert checks["median speedup band half-width"]["value"] == pytest.approx(1.0)
+    inside = sum(
+        lo <= x <= hi for r in j["workloads"] for x in r["recorded"] for lo, hi in [r["band"]]
+    )
+    assert checks["recordings inside P5-P95"]["value"] == pytest.approx(inside / 9)
+    assert any("band alone decides" in c["target"] and c["passed"] for c in j["checks"])
+
+
+def test_the_printed_table_leads_with_prediction_mean_std_and_baseline(pairs):
+    j = judge(pairs, Targets(), "a source line")
+    table = judged_table(j)
+    assert table.splitlines()[0].split()[:3] == ["workload", "predicted", "P5-P95"]
+    assert "+- " in table and "(3)" in table and "leave one out" in table
+    lines = check_lines(j)
+    assert "a source line" in lines[0] and any("bootstrap 90%" in line for line in lines)
+
+
+def test_binomial_interval_holds_its_mass():
+    for n in (6, 24, 60):
+        lo, hi = binomial_interval(0.9, n, 0.9)
+        cdf = np.cumsum([comb(n, k) * 0.9**k * 0.1 ** (n - k) for k in range(n + 1)])
+        assert cdf[lo] >= 0.05 and (lo == 0 or cdf[lo - 1] < 0.05)
+        assert cdf[hi] >= 0.95 and (hi == 0 or cdf[hi - 1] < 0.95)
+
+
+def test_a_wrong_target_names_the_key():
+    with pytest.raises(ConfigError, match="extra.targets.rmse is not a target"):
+        targets_from({"rmse": 1.0})
+    with pytest.raises(ConfigError, match="extra.targets.bootstrap='many'; allowed: a int"):
+        targets_from({"bootstrap": "many"})
+    with pytest.raises(ConfigError, match="extra.targets.baseline='mean'"):
+        targets_from({"baseline": "mean"})
+    assert targets_from({"source": "x", "pays_at": 1.05}).pays_at == 1.05
+
+
+def test_judge_preset_on_the_shipped_set_repeated(tmp_path):
+    """+experiment=judge on h200_run8's small-batch workload copied as two repeats (two calls):
+    validation.json leads with the judged table, and the bands are drawn."""
+    src = PACKAGED_RECORDINGS / "h200_run8"
+    for r in ("a", "b"):
+        shutil.copytree(src / "small_batch", tmp_path / "rec" / r / "small_batch")
+        (tmp_path / "rec" / r / "manifest.yaml").write_text(
+            yaml.safe_dump({**yaml.safe_load((src / "manifest.yaml").read_text()), "call": r})
+        )
+    cfg = make_config(
+        [
+            "+experiment=judge",
+            "hardware=h200",
+            "hardware.host.spread.draws=5",
+            f"extra.recordings={tmp_path / 'rec'}",
+            "trace=[*/small_batch/trace_*.json.gz]",
+            "extra.progress=false",
+            "extra.report=false",
+            "output.print_table=false",
+        ]
+    )
+    from cbsim.validation.tasks import run_validation_task
+
+    run_validation_task(cfg, {}, tmp_path)
+    out = json.loads((tmp_path / "validation.json").read_text())
+    assert list(out)[:5] == ["task", "holdout", "hardware_base", "recordings", "judged"]
+    (row,) = out["judged"]["workloads"]
+    assert row["workload"] == "small_batch" and row["n"] == 2 and row["recorded_std"] == 0.0
+    assert row["band"][0] < row["predicted"] < row["band"][1]
+    assert "issue #39" in out["judged"]["targets"]["source"]
