@@ -176,6 +176,10 @@ def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> di
         from cbsim.capacity import run_capacity_task
 
         return run_capacity_task(config, run_dir)
+    if config.task == "record_set":
+        from cbsim.validation.record_set import run_record_set
+
+        return run_record_set(config, run_dir)
     from cbsim.validation.tasks import run_validation_task
 
     return run_validation_task(config, resolved, run_dir)

@@ -45,6 +45,10 @@ def declared_extra_keys(task: str) -> dict[str, str] | None:
         from cbsim.capacity import EXTRA_KEYS as CAPACITY_KEYS
 
         return CAPACITY_KEYS
+    if task == "record_set":
+        from cbsim.validation.record_set import EXTRA_KEYS as RECORD_SET_KEYS
+
+        return RECORD_SET_KEYS
     return None
 
 
