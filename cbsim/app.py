@@ -180,6 +180,10 @@ def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> di
         from cbsim.validation.record_set import run_record_set
 
         return run_record_set(config, run_dir)
+    if config.task == "datasheets":
+        from cbsim.profiling.datasheet import run_datasheet_task
+
+        return run_datasheet_task(config, run_dir, " ".join(["python -m cbsim", *sys.argv[1:]]))
     from cbsim.validation.tasks import run_validation_task
 
     return run_validation_task(config, resolved, run_dir)

@@ -49,6 +49,10 @@ def declared_extra_keys(task: str) -> dict[str, str] | None:
         from cbsim.validation.record_set import EXTRA_KEYS as RECORD_SET_KEYS
 
         return RECORD_SET_KEYS
+    if task == "datasheets":
+        from cbsim.profiling.datasheet import EXTRA_KEYS as DATASHEET_KEYS
+
+        return DATASHEET_KEYS
     return None
 
 

@@ -1,0 +1,225 @@
+"""The datasheet tier: profiles for GPUs nobody profiled, made from a profiled GPU's profile and
+the two GPUs' datasheets (``+experiment=datasheet_profiles``).
+
+The profiled GPU reaches a measured share of its own datasheet (copy rate over datasheet
+bandwidth, matrix rate over datasheet FLOP/s); the unprofiled GPU is assumed to reach the same
+share of its datasheet. Its kernel tables are the profiled ones scaled by the copy-rate ratio (the
+forward is memory-bound at the batches cbsim models; the pinned copies, over PCIe, are kept);
+its host, efficiencies and copy engine are the profiled machine's. Nobody measured any of it, so
+the profile says ``tier: datasheet`` and "not profiled", and its bands are widened by a tier error
+(``extra.tier_error``) in quadrature with the profile's own model error.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.hardware import HardwareConfig, kernel_table_files
+from cbsim.config.model_error import ModelError
+from cbsim.rundir import atomic_write_text
+
+DATASHEETS = Path(str(files("cbsim") / "profiling" / "datasheets.yaml"))
+# kernel-table rows timed over PCIe, not HBM: kept as the profiled machine measured them
+COPY_OPS = ("h2d", "d2h")
+EXTRA_KEYS = {
+    "profiled_gpu": "the datasheet key of the profiled GPU (default: the one hardware.name "
+    "starts with)",
+    "gpus": "the datasheet keys to write profiles for (default: every other GPU)",
+    "datasheets": "a datasheets YAML (default: cbsim/profiling/datasheets.yaml)",
+    "tier_error": "the datasheet tier's extra model error: total_time, gpu_idle, speedup "
+    "(std of log, as hardware.model_error), added in quadrature",
+    "out": "the folder the profiles go to (default: the run directory)",
+}
+DATASHEET_KEYS = ("name", "memory_bandwidth", "bf16_dense_flops", "memory_bytes", "source")
+
+
+@dataclass(frozen=True)
+class Datasheet:
+    """One GPU's datasheet numbers and where they are printed."""
+
+    key: str
+    name: str
+    memory_bandwidth: float  # bytes/s
+    bf16_dense_flops: float  # FLOP/s, without sparsity
+    memory_bytes: float
+    source: str
+
+
+def load_datasheets(path: str | Path | None = None) -> dict[str, Datasheet]:
+    p = Path(path) if path else DATASHEETS
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"extra.datasheets={str(p)!r}: not a readable YAML ({exc})") from None
+    out = {}
+    for key, row in (raw or {}).items():
+        if not isinstance(row, dict) or set(row) != set(DATASHEET_KEYS):
+            raise ConfigError(f"{p}: {key} needs exactly {', '.join(DATASHEET_KEYS)}")
+        numbers = {k: float(row[k]) for k in DATASHEET_KEYS[1:4]}
+        if not all(v > 0 and math.isfinite(v) for v in numbers.values()):
+            raise ConfigError(f"{p}: {key}: bandwidth, FLOP/s and memory must be > 0")
+        out[str(key)] = Datasheet(str(key), str(row["name"]), **numbers, source=str(row["source"]))
+    return out
+
+
+def profiled_key(hw: HardwareConfig, sheets: dict[str, Datasheet], asked: str | None) -> str:
+    """The datasheet of the profiled GPU: asked, or the longest key hardware.name starts with."""
+    if asked:
+        if asked not in sheets:
+            raise ConfigError(f"extra.profiled_gpu={asked!r}; allowed: {', '.join(sheets)}")
+        return asked
+    found = sorted((k for k in sheets if hw.name.lower().startswith(k)), key=len)
+    if not found:
+        raise ConfigError(
+            f"hardware={hw.name}: no datasheet key it starts with; set extra.profiled_gpu to one "
+            f"of {', '.join(sheets)}"
+        )
+    return found[-1]
+
+
+def shares(hw: HardwareConfig, own: Datasheet) -> tuple[float, float, list[str]]:
+    """The profiled GPU's measured share of its datasheet (bandwidth, FLOP/s), at most 1: a
+    rate above the datasheet is not a physical quantity (a fitted one) and is held to it."""
+    notes = []
+    bw, fl = hw.hbm_bandwidth / own.memory_bandwidth, hw.peak_flops / own.bf16_dense_flops
+    if bw > 1:
+        notes.append(f"hbm_bandwidth {hw.hbm_bandwidth:.3g} is above the datasheet's: share 1")
+    if fl > 1:
+        notes.append(f"peak_flops {hw.peak_flops:.3g} is above the datasheet's: share 1")
+    return min(bw, 1.0), min(fl, 1.0), notes
+
+
+def widened(error: ModelError, tier: dict[str, float]) -> ModelError:
+    return ModelError(
+        **{
+            f.name: math.hypot(getattr(error, f.name), float(tier.get(f.name, 0.0)))
+            for f in dataclasses.fields(ModelError)
+        }
+    )
+
+
+def scaled_table(text: str, factor: float, note: str) -> str:
+    """A kernel table's CSV with every kernel's time times ``factor`` (copies kept), its header
+    lines kept and one more saying so."""
+    lines = text.splitlines()
+    header = [ln for ln in lines if ln.startswith("#")]
+    body = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
+    rows = list(csv.reader(body))
+    us = rows[0].index("us")
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(rows[0])
+    for row in rows[1:]:
+        if row[0] not in COPY_OPS:
+            row = [*row[:us], f"{float(row[us]) * factor:.4g}", *row[us + 1 :]]
+        w.writerow(row)
+    return "\n".join([*header, f"# {note}", out.getvalue()])
+
+
+def datasheet_profile(
+    hw: HardwareConfig,
+    own: Datasheet,
+    target: Datasheet,
+    tier_error: dict[str, float],
+    kernel_table: str | None,
+) -> tuple[HardwareConfig, list[str]]:
+    """``target``'s profile from the profiled ``hw`` (of datasheet ``own``), and notes."""
+    bw_share, fl_share, notes = shares(hw, own)
+    bw = target.memory_bandwidth * bw_share
+    source = (
+        f"not profiled: datasheet tier. {target.name} datasheet ({target.source}) at the share "
+        f"of its own datasheet that {hw.name} ({own.name}) measured (bandwidth {bw_share:.3f}, "
+        f"FLOP/s {fl_share:.3f}); kernel tables x{own.memory_bandwidth / target.memory_bandwidth:.3f} "
+        f"(copy-rate ratio); host, efficiencies and copies of {hw.name} ({hw.source})"
+    )
+    out = dataclasses.replace(
+        hw,
+        name=f"{target.key}_datasheet",
+        hbm_bandwidth=bw,
+        peak_flops=target.bf16_dense_flops * fl_share,
+        memory_bytes=target.memory_bytes,
+        model_error=widened(hw.model_error, tier_error),
+        kernel_table=kernel_table,
+        source=source,
+        tier="datasheet",
+    )
+    return out, notes
+
+
+def profile_text(hw: HardwareConfig, command: str) -> str:
+    """A hardware profile YAML (every field, as hardware=<path> reads it)."""
+    head = [
+        f"# {hw.name}: NOT PROFILED. A datasheet-tier profile written by `{command}`",
+        "# (cbsim/profiling/datasheet.py); its bands are widened by the tier's error.",
+    ]
+    body = {"defaults": ["hardware_schema", "_self_"], **dataclasses.asdict(hw)}
+    return "\n".join(head) + "\n" + yaml.safe_dump(body, sort_keys=False, width=100)
+
+
+def tier_error_of(value: Any) -> dict[str, float]:
+    allowed = [f.name for f in dataclasses.fields(ModelError)]
+    value = value or {}
+    if not hasattr(value, "items") or set(value) - set(allowed):
+        raise ConfigError(f"extra.tier_error={value!r}; allowed: a mapping of {', '.join(allowed)}")
+    return {k: float(v) for k, v in value.items()}
+
+
+def write_tables(hw: HardwareConfig, target: Datasheet, own: Datasheet, folder: Path) -> str | None:
+    """The profiled kernel tables scaled to ``target`` in ``folder``; its path, or None."""
+    if hw.kernel_table is None:
+        return None
+    factor = own.memory_bandwidth / target.memory_bandwidth
+    note = (
+        f"not profiled: {hw.name}'s table x{factor:.4f}, the {own.name} / {target.name} "
+        "datasheet copy-rate ratio (h2d and d2h rows kept)"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    for src in kernel_table_files(hw.kernel_table):
+        atomic_write_text(folder / src.name, scaled_table(src.read_text(), factor, note))
+    return str(folder)
+
+
+def run_datasheet_task(config: CbsimConfig, run_dir: Path, command: str) -> dict[str, Any]:
+    """Write a datasheet-tier profile per unprofiled GPU from the composed (profiled) hardware."""
+    extra = config.extra
+    for key in extra:
+        if key not in EXTRA_KEYS:
+            raise ConfigError(
+                f"extra.{key}={extra[key]} is not a setting of task=datasheets; allowed: "
+                + ", ".join(sorted(EXTRA_KEYS))
+            )
+    sheets = load_datasheets(extra.get("datasheets"))
+    hw = config.hardware
+    own = sheets[profiled_key(hw, sheets, extra.get("profiled_gpu"))]
+    gpus = list(extra.get("gpus") or [k for k in sheets if k != own.key])
+    for g in gpus:
+        if g not in sheets:
+            raise ConfigError(f"extra.gpus: {g!r} has no datasheet; allowed: {', '.join(sheets)}")
+    tier = tier_error_of(extra.get("tier_error"))
+    out = Path(str(extra.get("out") or run_dir)).absolute()
+    written, notes = [], []
+    for g in gpus:
+        target = sheets[g]
+        table = write_tables(hw, target, own, out / f"{g}_datasheet_kernels")
+        profile, notes = datasheet_profile(hw, own, target, tier, table)
+        path = out / f"{profile.name}.yaml"
+        atomic_write_text(path, profile_text(profile, command))
+        written.append(str(path))
+        print(
+            f"{profile.name}: {profile.hbm_bandwidth / 1e12:.2f} TB/s, "
+            f"{profile.peak_flops / 1e12:.0f} TFLOP/s, {profile.memory_bytes / 1e9:.0f} GB "
+            f"(not profiled; from {hw.name}) -> {path}"
+        )
+    for n in notes:
+        print(f"note: {n}")
+    return {"task": "datasheets", "profiled": own.key, "profiles": written, "notes": notes}

@@ -1,0 +1,125 @@
+"""The datasheet tier: profiles of GPUs nobody profiled, from a profiled GPU's profile and the
+two datasheets, labelled as such, with their kernel tables scaled and their bands widened.
+
+The profiled GPU here is small and made up: the shipped h100 preset with a measured-looking
+copy rate (3.03 TB/s of the datasheet's 3.35, as the brief measured) and a kernel table of a few
+rows of the shipped H200 1B table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, make_config
+
+from cbsim.calibration.run_config import hardware_from
+from cbsim.config import ConfigError
+from cbsim.costs.kernel_table import load_table
+from cbsim.metrics import compute_metrics
+from cbsim.profiling.datasheet import load_datasheets, run_datasheet_task, tier_error_of
+from cbsim.sim import run
+
+H200_1B = REPO / "cbsim" / "kernel_tables" / "h200" / "llama3_1b.csv"
+
+
+def small_table(folder: Path) -> Path:
+    """A few ops of the shipped 1B table: every gemm, norm and copy row, nothing else."""
+    lines = H200_1B.read_text().splitlines()
+    keep = [ln for ln in lines if ln.startswith(("#", "op,", "h2d", "d2h", "rms_norm", "gemm"))]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "llama3_1b.csv").write_text("\n".join(keep) + "\n")
+    return folder
+
+
+def profiles(tmp_path: Path, *extra: str) -> dict:
+    table = small_table(tmp_path / "h100_tables")
+    cfg = make_config(
+        [
+            "+experiment=datasheet_profiles",
+            "hardware=h100",
+            "hardware.hbm_bandwidth=3.03e12",
+            f"hardware.kernel_table={table}",
+            f"extra.out={tmp_path / 'out'}",
+            *extra,
+        ]
+    )
+    return cfg, run_datasheet_task(cfg, tmp_path, "test")
+
+
+def test_every_datasheet_has_its_numbers_and_a_source():
+    sheets = load_datasheets()
+    assert {"a100_80gb_sxm", "l40s", "b200", "h100", "h200"} <= set(sheets)
+    for s in sheets.values():
+        assert "datasheet" in s.source.lower() and s.memory_bandwidth < 1e13
+    assert sheets["h100"].memory_bandwidth == 3.35e12 and sheets["h200"].memory_bandwidth == 4.8e12
+
+
+def test_unprofiled_gpus_get_their_datasheet_at_the_profiled_share(tmp_path):
+    cfg, out = profiles(tmp_path)
+    assert out["profiled"] == "h100" and len(out["profiles"]) == 4
+    sheets = load_datasheets()
+    share = 3.03e12 / 3.35e12
+    for path in out["profiles"]:
+        raw = yaml.safe_load(Path(path).read_text())
+        hw = hardware_from(raw)  # a profile the schema reads
+        key = hw.name.removesuffix("_datasheet")
+        assert hw.tier == "datasheet" and "not profiled" in hw.source
+        assert "NOT PROFILED" in Path(path).read_text().splitlines()[0]
+        assert hw.hbm_bandwidth == pytest.approx(sheets[key].memory_bandwidth * share)
+        assert hw.memory_bytes == sheets[key].memory_bytes
+        # host and efficiencies are the profiled machine's
+        assert hw.host == cfg.hardware.host and hw.gpu == cfg.hardware.gpu
+        # the bands widen: the tier's error in quadrature
+        assert hw.model_error.total_time == pytest.approx(
+            math.hypot(cfg.hardware.model_error.total_time, 0.05)
+        )
+
+
+def test_kernel_tables_scale_by_the_copy_rate_ratio_but_copies_stay(tmp_path):
+    _, out = profiles(tmp_path, "extra.gpus=[a100_80gb_sxm]")
+    (path,) = out["profiles"]
+    hw = hardware_from(yaml.safe_load(Path(path).read_text()))
+    load_table(hw.kernel_table)  # a table the simulator reads
+    a = pd.read_csv(tmp_path / "h100_tables" / "llama3_1b.csv", comment="#")
+    b = pd.read_csv(Path(hw.kernel_table) / "llama3_1b.csv", comment="#")
+    ratio = 3.35e12 / 2.039e12
+    gemm, copies = a.op == "gemm", a.op.isin(["h2d", "d2h"])
+    assert gemm.sum() > 10 and copies.sum() > 2
+    assert (b.us[gemm] / a.us[gemm]).to_numpy() == pytest.approx(ratio, rel=1e-3)
+    assert (b.us[copies] == a.us[copies]).all()
+    assert "not profiled" in Path(hw.kernel_table, "llama3_1b.csv").read_text()
+
+
+def test_a_slower_memory_predicts_a_slower_decode(tmp_path):
+    cfg, out = profiles(tmp_path, "extra.gpus=[a100_80gb_sxm,b200]")
+    small = make_config(["model=llama3_1b", "workload.batch_size=8", "workload.gen_len=16"])
+    times = {}
+    for path in out["profiles"]:
+        hw = hardware_from(yaml.safe_load(Path(path).read_text()))
+        hw = dataclasses.replace(hw, kernel_table=None)  # the roofline: the datasheet rates
+        times[hw.name] = compute_metrics(run(dataclasses.replace(small, hardware=hw), "sync"))
+    a, b = times["a100_80gb_sxm_datasheet"], times["b200_datasheet"]
+    assert a["total_time_s"] > b["total_time_s"]
+
+
+def test_a_rate_above_the_datasheet_is_held_to_it(tmp_path):
+    _, out = profiles(tmp_path, "hardware.hbm_bandwidth=4.0e12", "extra.gpus=[l40s]")
+    assert any("above the datasheet" in n for n in out["notes"])
+    hw = hardware_from(yaml.safe_load(Path(out["profiles"][0]).read_text()))
+    assert hw.hbm_bandwidth == pytest.approx(8.64e11)  # share 1, never above
+
+
+def test_wrong_settings_name_the_key(tmp_path):
+    with pytest.raises(ConfigError, match="extra.gpus: 'a100' has no datasheet"):
+        profiles(tmp_path, "extra.gpus=[a100]")
+    with pytest.raises(ConfigError, match="extra.tier_error="):
+        tier_error_of({"total": 0.1})
+    with pytest.raises(
+        ConfigError, match="hardware.tier=guess is not an option; allowed: profiled, datasheet"
+    ):
+        make_config(["hardware.tier=guess"])
