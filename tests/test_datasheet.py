@@ -114,6 +114,15 @@ def test_a_rate_above_the_datasheet_is_held_to_it(tmp_path):
     assert hw.hbm_bandwidth == pytest.approx(8.64e11)  # share 1, never above
 
 
+def test_a_profile_without_kernel_tables_gives_profiles_on_the_roofline(tmp_path):
+    cfg = make_config(
+        ["+experiment=datasheet_profiles", "hardware=h100", f"extra.out={tmp_path / 'new'}"]
+    )
+    out = run_datasheet_task(cfg, tmp_path, "test")
+    hw = hardware_from(yaml.safe_load(Path(out["profiles"][0]).read_text()))
+    assert hw.kernel_table is None and hw.tier == "datasheet"
+
+
 def test_wrong_settings_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match="extra.gpus: 'a100' has no datasheet"):
         profiles(tmp_path, "extra.gpus=[a100]")

@@ -207,6 +207,7 @@ def run_datasheet_task(config: CbsimConfig, run_dir: Path, command: str) -> dict
             raise ConfigError(f"extra.gpus: {g!r} has no datasheet; allowed: {', '.join(sheets)}")
     tier = tier_error_of(extra.get("tier_error"))
     out = Path(str(extra.get("out") or run_dir)).absolute()
+    out.mkdir(parents=True, exist_ok=True)
     written, notes = [], []
     for g in gpus:
         target = sheets[g]
