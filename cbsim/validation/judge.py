@@ -9,6 +9,7 @@ beat predicting the same speedup for every workload to be worth asking.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from math import comb
 from pathlib import PurePosixPath
@@ -181,10 +182,12 @@ def abs_stat(values: list[float | None], how) -> float | None:
 
 
 def speedup_checks(workloads: list[Workload], base: dict[str, Any], t: Targets) -> list[dict]:
-    err = np.array([w.errors()["speedup_points"] for w in workloads], float)
+    err = np.array([w.errors()["speedup_points"] for w in workloads], float)  # None: nan
     means = np.array([w.mean for w in workloads], float)
     base_err = 100.0 * (np.array(base["per_workload"], float) - means)
-    if not len(err) or not np.all(np.isfinite(base_err)):
+    keep = np.isfinite(err) & np.isfinite(base_err)  # a prediction and a baseline to judge
+    err, base_err = err[keep], base_err[keep]
+    if not len(err):
         return [check("async speedup RMSE", None, f"<= {t.speedup_rmse_points:g} points", None)]
     rmse, base_rmse = float(_rmse(err)), float(_rmse(base_err))
     gain = 1.0 - rmse / base_rmse if base_rmse > 0 else None
@@ -317,7 +320,7 @@ def judge(pairs: list[Speedup], t: Targets, source: str = "") -> dict[str, Any] 
         "repeat_std_points": 100.0 * float(np.sqrt(np.mean(np.square(stds)))) if stds else None,
         "checks": checks,
         "passed": bool(judged) and all(judged),
-        "targets": {**t.__dict__, "source": source},
+        "targets": {**dataclasses.asdict(t), "source": source},
     }
 
 
