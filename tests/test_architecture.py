@@ -34,7 +34,6 @@ FLOORS: dict[str, int] = {
     "cbsim.report": 6,
     "cbsim.calibration": 7,
     "cbsim.validation": 7,
-    "cbsim.profiling": 7,
     # entry points
     "cbsim.api": 8,
     "cbsim.app": 8,
