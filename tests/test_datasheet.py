@@ -42,6 +42,7 @@ def profiles(tmp_path: Path, *extra: str) -> dict:
         [
             "+experiment=datasheet_profiles",
             "hardware=h100",
+            "hardware.tier=profiled",  # as profile_machine would write an H100's
             "hardware.hbm_bandwidth=3.03e12",
             f"hardware.kernel_table={table}",
             f"extra.out={tmp_path / 'out'}",
@@ -116,11 +117,22 @@ def test_a_rate_above_the_datasheet_is_held_to_it(tmp_path):
 
 def test_a_profile_without_kernel_tables_gives_profiles_on_the_roofline(tmp_path):
     cfg = make_config(
-        ["+experiment=datasheet_profiles", "hardware=h100", f"extra.out={tmp_path / 'new'}"]
+        [
+            "+experiment=datasheet_profiles",
+            "hardware=h200",
+            "hardware.kernel_table=null",
+            f"extra.out={tmp_path / 'new'}",
+        ]
     )
     out = run_datasheet_task(cfg, tmp_path, "test")
     hw = hardware_from(yaml.safe_load(Path(out["profiles"][0]).read_text()))
     assert hw.kernel_table is None and hw.tier == "datasheet"
+
+
+def test_a_datasheet_profile_never_starts_from_another_unmeasured_one(tmp_path):
+    cfg = make_config(["+experiment=datasheet_profiles", "hardware=h100"])
+    with pytest.raises(ConfigError, match="hardware=h100 is tier datasheet"):
+        run_datasheet_task(cfg, tmp_path, "test")
 
 
 def test_wrong_settings_name_the_key(tmp_path):
@@ -129,6 +141,7 @@ def test_wrong_settings_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match="extra.tier_error="):
         tier_error_of({"total": 0.1})
     with pytest.raises(
-        ConfigError, match="hardware.tier=guess is not an option; allowed: profiled, datasheet"
+        ConfigError,
+        match="hardware.tier=guess is not an option; allowed: profiled, fitted, datasheet",
     ):
         make_config(["hardware.tier=guess"])

@@ -3,7 +3,7 @@ against their mean, beside a constant baseline, with the targets of issue #39.
 
 The recordings are hand-made loop traces (tests/synthetic_trace.py) carrying a run config, so
 they group as recordings do; each repeat's host runs a little faster or slower, as separate
-device calls do. The CLI test runs +experiment=judge on the shipped h200_run8 set copied as
+device calls do. The CLI test runs +experiment=judge on the shipped six_workloads set copied as
 repeats.
 """
 
@@ -166,9 +166,9 @@ def test_a_wrong_target_names_the_key():
 
 
 def test_judge_preset_on_the_shipped_set_repeated(tmp_path):
-    """+experiment=judge on h200_run8's small-batch workload copied as two repeats (two calls):
+    """+experiment=judge on six_workloads's small-batch workload copied as two repeats (two calls):
     validation.json leads with the judged table, and the bands are drawn."""
-    src = PACKAGED_RECORDINGS / "h200_run8"
+    src = PACKAGED_RECORDINGS / "h200" / "six_workloads"
     for r in ("a", "b"):
         shutil.copytree(src / "small_batch", tmp_path / "rec" / r / "small_batch")
         (tmp_path / "rec" / r / "manifest.yaml").write_text(

@@ -23,7 +23,16 @@ from cbsim.config.ranges import POSITIVE
 
 MODES = ("sim", "runtime")
 BLAS_LIBRARIES = ("cublas", "cublaslt")  # torch.backends.cuda.preferred_blas_library's
-TASKS = ("run", "calibrate", "validate", "profile_kernels", "capacity", "profile_machine", "record_set", "datasheets")
+TASKS = (
+    "run",
+    "calibrate",
+    "validate",
+    "profile_kernels",
+    "capacity",
+    "profile_machine",
+    "record_set",
+    "datasheets",
+)
 ENGINES = ("sync", "async", "compare")
 DTYPES = ("bfloat16", "float16", "float32")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")

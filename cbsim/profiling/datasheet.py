@@ -200,6 +200,12 @@ def run_datasheet_task(config: CbsimConfig, run_dir: Path, command: str) -> dict
             )
     sheets = load_datasheets(extra.get("datasheets"))
     hw = config.hardware
+    if hw.tier not in ("profiled", "fitted"):
+        raise ConfigError(
+            f"hardware={hw.name} is tier {hw.tier}: a datasheet profile starts from a measured "
+            "one; allowed: a profiled or fitted profile (hardware=h200, or a profile_machine "
+            "directory)"
+        )
     own = sheets[profiled_key(hw, sheets, extra.get("profiled_gpu"))]
     gpus = list(extra.get("gpus") or [k for k in sheets if k != own.key])
     for g in gpus:
