@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Predict the held-out set with the simulator before it is recorded: one line per workload with
-# the profile's totals, idle and async speedup (P5-P95 band). Usage, from the checkout root:
+# Predict the held-out set (conf/experiment/heldout_h100.yaml's cases) with the simulator before
+# it is recorded: one line per case with the profile's totals, idle and async speedup (P5-P95
+# band). Usage, from the checkout root:
 #   bash experiments/heldout/h100/predict.sh OUT.txt hardware=h100
 #   bash experiments/heldout/h100/predict.sh OUT.txt hardware=h200 hardware.kernel_table=DIR
 set -uo pipefail
 out=${1:?OUT}; shift
-here=$(cd "$(dirname "$0")" && pwd)
+cases() {  # "name override override ..." per case of the preset
+  python - <<'PY'
+import yaml
+for name, overrides in yaml.safe_load(open("conf/experiment/heldout_h100.yaml"))["extra"]["cases"].items():
+    print(name, *overrides)
+PY
+}
 echo "# predicted by: python -m cbsim engine=compare <workload> $* ($(git rev-parse --short HEAD 2>/dev/null))" > "$out"
-grep -v '^#' "$here/workloads.txt" | while read -r name overrides; do
+cases | while read -r name overrides; do
   dir=$(mktemp -d)
   # shellcheck disable=SC2086
   python -m cbsim engine=compare $overrides "$@" output.trace=false output.report=false \
