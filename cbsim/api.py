@@ -37,6 +37,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
+from cbsim.config.schema import OutputConfig
 from cbsim.config.store import load_config, register_configs
 from cbsim.job_metrics import wants_bands
 from cbsim.metrics import compare_metrics, compute_metrics
@@ -45,6 +46,7 @@ from cbsim.report import write_run_report
 from cbsim.report.frames import RunFrames, run_frames
 from cbsim.rundir import SUMMARY_FILE
 from cbsim.sim import run as sim_run
+from cbsim.sizing import check_size
 from cbsim.sweep import write_summary
 from cbsim.trace import Trace, read_traces, write_merged_trace, write_trace
 
@@ -206,6 +208,8 @@ def simulate(*overrides: str, config: CbsimConfig | None = None) -> Result:
         )
     if config.task != "run":
         raise ConfigError(f"task={config.task}: simulate() runs task=run")
+    # every trace kept in memory, none written: sized as a run that reports and writes no trace
+    check_size(dataclasses.replace(config, output=OutputConfig(trace=False, report=True)))
     engines = ["sync", "async"] if config.engine.name == "compare" else [config.engine.name]
     runs = {}
     resolved = dataclasses.asdict(config)  # as the app records it: metrics read it

@@ -111,7 +111,19 @@ def _bands(config: CbsimConfig) -> dict[str, Any] | None:
 
 def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Run each engine, write what config.output asks, and return the metrics object (with
-    ``bands`` when mode.bands draws them)."""
+    ``bands`` when mode.bands draws them). An interrupt carries the complete traces already
+    written (``cbsim_written``), so its message can say what is on disk."""
+    written: list[Path] = []
+    try:
+        return _run_engines(config, resolved, run_dir, written)
+    except KeyboardInterrupt as exc:
+        exc.cbsim_written = written  # type: ignore[attr-defined]
+        raise
+
+
+def _run_engines(
+    config: CbsimConfig, resolved: dict[str, Any], run_dir: Path, written: list[Path]
+) -> dict[str, Any]:
     backend = _backend(config)
     engines = engines_of(config)
     out = config.output
@@ -124,7 +136,8 @@ def run_engines(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) ->
         trace.other_data.setdefault("config", resolved)
         if out.trace:
             name = trace_name(engine, len(engines) == 1, bool(out.trace_gzip))
-            log.debug("trace: %s", write_trace(trace, run_dir / name))
+            written.append(write_trace(trace, run_dir / name))
+            log.debug("trace: %s", written[-1])
         memory = trace.other_data.get("memory") or {}
         # a recording checked its fit against its device's own memory (runtime/machine.py)
         available = (trace.other_data.get("device_fit") or {}).get("bytes_available")
@@ -290,7 +303,16 @@ def main() -> int | None:
             raise
         sys.exit(_fail(f"cbsim: config error: {message}", 2))
     except KeyboardInterrupt as exc:
-        partial = getattr(exc, "cbsim_partial", None)
-        kept = f"the trace so far is in {partial} (incomplete)" if partial else "no trace kept"
-        sys.exit(_fail(f"cbsim: interrupted by {signal_name()}: {kept}; not finished", exit_code()))
+        sys.exit(_fail(f"cbsim: interrupted by {signal_name()}: {on_disk(exc)}", exit_code()))
     return None
+
+
+def on_disk(exc: KeyboardInterrupt) -> str:
+    """What an interrupted run left: its complete traces, the trace so far of the engine it
+    stopped in, or nothing."""
+    written = [str(p) for p in getattr(exc, "cbsim_written", [])]
+    partial = getattr(exc, "cbsim_partial", None)
+    kept = [f"complete trace{'s' * (len(written) > 1)} in {', '.join(written)}"] if written else []
+    if partial:
+        kept.append(f"the trace so far is in {partial} (incomplete)")
+    return f"{'; '.join(kept) or 'no trace kept'}; not finished"

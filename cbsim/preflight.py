@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
@@ -24,6 +25,8 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.errors import describe_hydra_error
 from cbsim.config.schema import RUN_EXTRA_KEYS
 from cbsim.config.store import load_config
+from cbsim.rundir import RunDirError, check_not_busy
+from cbsim.sizing import check_size
 from cbsim.sweep.compose import JobComposer, composed_jobs, task_config
 from cbsim.sweep.summary import expected_overrides
 from cbsim.workload import check_lengths_files
@@ -69,9 +72,9 @@ def check_extra(config: CbsimConfig) -> None:
             )
 
 
-def check_config(config: CbsimConfig) -> CbsimConfig:
-    """Beyond the values (checked as the config was built): its extra keys, and the lengths
-    files it names."""
+def check_config(config: CbsimConfig, in_sweep: bool = False) -> CbsimConfig:
+    """Beyond the values (checked as the config was built): its extra keys, the lengths files
+    it names, and a run's size against this machine (cbsim.sizing)."""
     check_extra(config)
     check_lengths_files(config.workload)
     if config.task == "profile_machine":
@@ -81,12 +84,14 @@ def check_config(config: CbsimConfig) -> CbsimConfig:
         options = read_options(dict(config.extra))
         if options.refit is None:
             check_probes(config, dataclasses.asdict(config.model), options.probes)
+    if config.task == "run":
+        check_size(config, in_sweep)
     return config
 
 
-def check_job(cfg: DictConfig) -> CbsimConfig:
+def check_job(cfg: DictConfig, in_sweep: bool = False) -> CbsimConfig:
     """Raise ConfigError naming the first bad value of this job's config."""
-    return check_config(load_config(task_config(cfg)))
+    return check_config(load_config(task_config(cfg)), in_sweep)
 
 
 def _refuse(message: str) -> None:
@@ -100,8 +105,12 @@ class Preflight(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             check_job(config)
+            check_not_busy(Path(config.hydra.run.dir))  # before Hydra writes its .hydra/ there
         except ConfigError as exc:
             _refuse(str(exc))
+        except RunDirError as exc:
+            print(f"cbsim: {exc}".replace("\n", " "), file=sys.stderr)
+            raise SystemExit(2) from None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         composed_jobs.clear()
@@ -114,9 +123,9 @@ class Preflight(Callback):
                 job_cfg = composer.compose(overrides)
                 by_value = composer.checked(overrides)  # the same checks, without a copy
                 if by_value is None:
-                    check_job(job_cfg)
+                    check_job(job_cfg, in_sweep=True)
                 else:
-                    check_config(by_value)
+                    check_config(by_value, in_sweep=True)
             except ConfigError as exc:
                 _refuse(f"{exc} (in the sweep's job {' '.join(overrides)})")
             except (HydraException, OmegaConfBaseException) as exc:

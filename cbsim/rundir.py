@@ -206,6 +206,13 @@ def clear_run_outputs(run_dir: Path) -> list[str]:
 # --- the lock ---
 
 
+def check_not_busy(run_dir: Path) -> None:
+    """Raise RunDirError when a run holds ``run_dir``'s lock now (a quick look: taken and
+    released at once; the run itself takes the lock for good)."""
+    if (Path(run_dir) / LOCK_FILE).is_file():
+        RunLock(run_dir).acquire().release()
+
+
 class RunLock:
     """An exclusive lock on a run directory while a run writes into it (fcntl, released by the
     kernel when the process dies, so a killed run never leaves the directory locked)."""

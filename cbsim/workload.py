@@ -52,28 +52,9 @@ def make_requests(workload: WorkloadConfig, vocab_size: int) -> list[Request]:
     """``workload.total_requests`` requests, sorted by arrival, rids 0..n-1, deterministic."""
     if vocab_size < 1:
         raise ValueError(f"vocab_size={vocab_size} must be >= 1")
-    check_lengths_files(workload)
+    prompt, gen, arrivals = draw_shapes(workload)
     n = workload.total_requests
-    s_prompt, s_gen, s_arrival, s_ids = np.random.SeedSequence(workload.seed).spawn(4)
-    prompt = _lengths(
-        "prompt",
-        workload.prompt_dist,
-        workload.prompt_len,
-        workload.prompt_spread,
-        workload.prompt_file,
-        n,
-        np.random.default_rng(s_prompt),
-    )
-    gen = _lengths(
-        "gen",
-        workload.gen_dist,
-        workload.gen_len,
-        workload.gen_spread,
-        workload.gen_file,
-        n,
-        np.random.default_rng(s_gen),
-    )
-    arrivals = _arrivals(workload.arrival, workload.rate, n, np.random.default_rng(s_arrival))
+    s_ids = np.random.SeedSequence(workload.seed).spawn(4)[3]
     dtype = np.int32 if vocab_size <= np.iinfo(np.int32).max else np.int64
     ids = np.random.default_rng(s_ids).integers(0, vocab_size, size=int(prompt.sum()), dtype=dtype)
     offsets = np.concatenate(([0], np.cumsum(prompt)))
@@ -86,6 +67,28 @@ def make_requests(workload: WorkloadConfig, vocab_size: int) -> list[Request]:
         )
         for i in range(n)
     ]
+
+
+def draw_shapes(workload: WorkloadConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every request's prompt length, new tokens and arrival (s), as ``make_requests`` draws
+    them, without the token ids (cheap: what a run's size is estimated from)."""
+    check_lengths_files(workload)
+    n = workload.total_requests
+    s_prompt, s_gen, s_arrival, _ = np.random.SeedSequence(workload.seed).spawn(4)
+    w = workload
+    prompt = _lengths(
+        "prompt",
+        w.prompt_dist,
+        w.prompt_len,
+        w.prompt_spread,
+        w.prompt_file,
+        n,
+        np.random.default_rng(s_prompt),
+    )
+    gen = _lengths(
+        "gen", w.gen_dist, w.gen_len, w.gen_spread, w.gen_file, n, np.random.default_rng(s_gen)
+    )
+    return prompt, gen, _arrivals(w.arrival, w.rate, n, np.random.default_rng(s_arrival))
 
 
 def check_requests_fit(

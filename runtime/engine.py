@@ -123,7 +123,7 @@ def plan_run(
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     available = device_memory_bytes(device)
-    fit = setup.fit = dataclasses.replace(
+    fit = dataclasses.replace(
         setup.fit, bytes_available=available, fits=setup.fit.bytes_needed <= available
     )
     if not fit.fits:
@@ -138,7 +138,7 @@ def plan_run(
             f"{has}; lower workload.kv_num_blocks, workload.batch_size or "
             "workload.max_batch_tokens, or pick a smaller model"
         )
-    return setup
+    return dataclasses.replace(setup, fit=fit)
 
 
 def build(

@@ -31,6 +31,7 @@ FLOORS: dict[str, int] = {
     "cbsim.bands": 6,
     "cbsim.widening": 6,
     "cbsim.job_metrics": 6,
+    "cbsim.sizing": 6,
     "cbsim.report": 6,
     "cbsim.calibration": 7,
     "cbsim.validation": 7,

@@ -56,7 +56,7 @@ def test_a_run_that_does_not_fit_the_device_is_refused_before_building(config_fa
     # device it runs on (on a CPU the host RAM available), not after minutes of building them
     config = config_factory(
         ["mode=runtime", "mode.device=cpu", "engine=sync", "model=llama3_70b",
-         "workload.batch_size=2", "workload.gen_len=4"]
+         "workload.batch_size=2", "workload.gen_len=4", "hardware.memory_bytes=1e15"]
     )  # fmt: skip
     with pytest.raises(ConfigError, match="device memory") as info:
         execute(config, "sync")

@@ -19,6 +19,7 @@ from cbsim.config.hardware import GpuCosts as GpuCosts
 from cbsim.config.hardware import HardwareConfig
 from cbsim.config.hardware import HostCosts as HostCosts
 from cbsim.config.hardware import PhaseCost as PhaseCost
+from cbsim.config.limits import LimitsConfig
 from cbsim.config.ranges import POSITIVE
 
 MODES = ("sim", "runtime")
@@ -370,14 +371,13 @@ class CbsimConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     slo: SloConfig = field(default_factory=SloConfig)
-    # "run": simulate or execute; "calibrate"/"validate": fit or check the cost model on traces
-    task: str = "run"
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    task: str = "run"  # run: simulate or execute; calibrate, validate: fit or check the costs
     # input traces for calibrate/validate (paths or globs)
     trace: list[str] = field(default_factory=list)
     # free-form description an experiment preset sets for the report
     description: str = ""
-    # extra experiment-specific settings (documented in each experiment file)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # settings an experiment file documents
 
     def __post_init__(self) -> None:
         check_choice("task", self.task, TASKS)

@@ -21,6 +21,10 @@ from cbsim.config.hardware import HostCosts, HostRegimes
 
 # mixed into the draw's seed: the realization is independent of the step jitter's stream
 SEED_SALT = 0x5EED_4057
+# a gap with no host phase longer than this many mean cycles (a fast and a slow stay) is not
+# walked stay by stay: the level after it is drawn afresh from the stationary distribution
+# (its memory of the level before fades as exp(-gap / mixing time), here below e^-64)
+GAP_CYCLES = 64
 
 
 class HostSpeed:
@@ -50,12 +54,28 @@ class HostSpeed:
         return cls(host.regimes, realize=sp.jitter, seed=sp.seed, quantile=sp.level_quantile)
 
     def _extend(self, t_us: float) -> None:
-        """Draw stays until one ends after ``t_us``."""
+        """Draw stays until one ends after ``t_us``; past a long idle gap, one or two stays:
+        the level at ``t_us`` drawn from the stationary distribution, held for a fresh dwell
+        (memoryless), so a run of sparse arrivals draws as many stays as it has busy time."""
         ends = self._ends
+        if ends and t_us - ends[-1] > GAP_CYCLES * sum(self._dwell_us):
+            self._jump(t_us)
+            return
         while not ends or ends[-1] <= t_us:
             slow = self._slow0 ^ (len(ends) % 2 == 1)
             start = ends[-1] if ends else 0.0
             ends.append(start + self._rng.exponential(self._dwell_us[slow]))
+
+    def _jump(self, t_us: float) -> None:
+        """The stay after the last one drawn lasts until ``t_us`` (or past it, when its level
+        is the one drawn for ``t_us``); the level drawn holds for a fresh dwell from there."""
+        ends = self._ends
+        slow_next = self._slow0 ^ (len(ends) % 2 == 1)
+        share = self._dwell_us[1] / sum(self._dwell_us)
+        slow = bool(self._rng.random() < share)
+        if slow != slow_next:
+            ends.append(t_us)  # the stay of the other level ends where the drawn one starts
+        ends.append(t_us + self._rng.exponential(self._dwell_us[slow]))
 
     def _stay(self, t_us: float) -> int:
         """The index of the stay in force at ``t_us`` (a switch at t belongs to the new one)."""

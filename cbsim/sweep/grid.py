@@ -37,6 +37,7 @@ from cbsim.config.values import replace_values
 from cbsim.job_metrics import device_fit, run_metrics, wants_bands
 from cbsim.metrics import MetricInputs, metrics_from
 from cbsim.sim import iter_many
+from cbsim.sizing import check_size
 from cbsim.sweep.compose import is_value_override
 from cbsim.sweep.outputs import SweepResult, write_tables
 from cbsim.sweep.summary import FINISHED, Job
@@ -80,6 +81,7 @@ class GridConfigs:
         values = {o.key_or_group: o.value() for o in parsed if is_value_override(o)}
         config = replace_values(self._base(groups), values)
         check_lengths_files(config.workload)
+        check_size(config, in_sweep=True)
         return config
 
 

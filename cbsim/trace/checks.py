@@ -18,6 +18,10 @@ from cbsim.trace.model import Trace
 # Spans on one stream lane may touch; they may not overlap by more than this (microseconds),
 # which absorbs the nanosecond rounding of timestamps.
 OVERLAP_TOLERANCE_US = 0.002
+# The latest a timestamp or a duration may be (microseconds from the run's start, about 104 days):
+# past 2^53 ns a float64 no longer holds the nanosecond a trace stores (round(t, 3)), and a span
+# of a few microseconds would read as zero or thousands
+MAX_TS_US = 2.0**53 / 1000
 # otherData and metadata hold a run config: a few levels deep, never this many
 MAX_DEPTH = 32
 # span args that metrics group and sum by: integers (``kind`` a string)
@@ -44,6 +48,17 @@ def check_timed(e: dict[str, Any], i: int, what: str = "span") -> None:
         raise TraceError(f"{what} {i} ({e.get('name')!r}) needs numeric ts and dur")
     if dur < 0:
         raise TraceError(f"{what} {i} ({e.get('name')!r}) has a negative duration {dur}")
+
+
+def check_in_range(e: dict[str, Any], i: int) -> None:
+    """A cbsim trace's times are from the run's start and within MAX_TS_US of it."""
+    ts, dur = e["ts"], e.get("dur", 0.0)
+    if abs(ts) > MAX_TS_US or (is_number(dur) and dur > MAX_TS_US):
+        raise TraceError(
+            f"event {i} ({e.get('name')!r}) at ts={ts:.6g} dur={dur:.6g} us is beyond "
+            f"{MAX_TS_US:.3g} us (104 days) from the run's start, where a float64 time no "
+            "longer holds a nanosecond"
+        )
 
 
 def validate(obj: Any) -> Trace:
@@ -164,6 +179,7 @@ def _check_ids(e: dict[str, Any], i: int) -> None:
 
 def _check_span(e: dict[str, Any], i: int, lanes: dict[tuple[int, int], str]) -> str:
     check_timed(e, i)
+    check_in_range(e, i)
     if not isinstance(e.get("name"), str):
         raise TraceError(f"span {i} needs a string name")
     _check_ids(e, i)
@@ -188,6 +204,7 @@ def _check_point(e: dict[str, Any], i: int) -> None:
     ph = e["ph"]
     if not is_number(e.get("ts")):
         raise TraceError(f"event {i} ({e.get('name')!r}) has no numeric ts")
+    check_in_range(e, i)
     if not isinstance(e.get("name"), str):
         raise TraceError(f"event {i} (ph {ph!r}) needs a string name")
     _check_ids(e, i)

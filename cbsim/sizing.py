@@ -1,0 +1,231 @@
+"""A run's size before it starts: steps, trace events, peak memory and wall time from the config.
+
+The preflight (before Hydra makes a directory), ``cbsim.api.simulate`` and ``cbsim.sweep.grid``
+call ``check_size``: a run whose estimate is over this machine (``limits.max_memory_gb``), over a
+trace cbsim reads back (``limits.max_trace_mb``) or past the time a trace can hold is refused in
+one line naming the key that makes it large, the estimate, the limit and the override. The
+estimate reads the config and the drawn request shapes only (no scheduler, no cost tables): well
+under a second for 16M requests.
+
+Steps: prompt chunks of ``max_batch_tokens`` plus decode steps, at least one wave's longest
+request and at most every request alone; Poisson arrivals decode over the time requests are in
+flight (each for its new tokens at a step the weights' streaming bounds). The per-step and
+per-event costs below are measured on this project's simulator (llama3_8b on h200, 32-2048
+requests, 2-core host): a step writes 8.2 events; an event is 280 bytes of JSON.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from cbsim.config.errors import ConfigError
+from cbsim.config.schema import CbsimConfig
+from cbsim.job_metrics import wants_bands
+from cbsim.trace.checks import MAX_TS_US
+from cbsim.trace.load import DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS
+from cbsim.workload import draw_shapes
+
+EVENTS_PER_STEP = 8.2
+JSON_BYTES_PER_EVENT = 280
+# the interpreter with numpy, pandas, simpy and the cost tables (a 32-request run: 100 MB)
+BASE_BYTES = 150e6
+# a built trace, its metric tables and the report's frames, per event (peak RSS, 256 requests)
+TRACED_BYTES_PER_EVENT = 2.0e3
+# without a trace: the metric columns and what the scheduler keeps, per step (2,048 requests)
+UNTRACED_BYTES_PER_STEP = 4.5e3
+# a request's row, prompt ids (int32) and each output token (the scheduler's buffers)
+BYTES_PER_REQUEST = 600
+BYTES_PER_PROMPT_TOKEN = 4
+BYTES_PER_OUTPUT_TOKEN = 16
+# simulated steps a second of wall time on this 2-core host (traced: the trace built and written)
+TRACED_STEPS_PER_S = 4e3
+UNTRACED_STEPS_PER_S = 5e3
+# starting Python, composing the config, writing the report
+STARTUP_S = 3.0
+# the limit on memory when limits.max_memory_gb is None: this share of physical memory
+MEMORY_SHARE = 0.8
+# the fastest decode step the Poisson estimate assumes (host-bound small models)
+MIN_STEP_S = 3e-4
+
+
+def physical_memory_bytes() -> int:
+    """This machine's physical memory (what a run on the CPU, and the simulator, can use)."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One run's size: per engine steps and trace events; for the whole run the largest trace
+    file, peak memory and wall time."""
+
+    steps: int
+    events: int
+    trace_events: int  # the largest trace file's (a comparison's merged file holds both runs)
+    trace_bytes: int
+    memory_bytes: int
+    wall_s: float
+    span_s: float  # the last arrival, simulated seconds
+    driver: str  # the key that makes the run this large, as key=value
+
+    def describe(self) -> str:
+        return (
+            f"about {self.steps:,} steps and {self.events:,} trace events an engine, "
+            f"{self.memory_bytes / 1e9:.3g} GB peak memory, {_duration(self.wall_s)}"
+        )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def decode_step_s(cfg: CbsimConfig) -> float:
+    """A decode step's time as the weights' streaming bounds it (the Poisson estimate's clock)."""
+    hw = cfg.hardware
+    return max(MIN_STEP_S, cfg.model.weight_bytes / (hw.hbm_bandwidth * hw.gpu.gemm_bandwidth_eff))
+
+
+def busy_seconds(arrival: np.ndarray, seconds: np.ndarray) -> float:
+    """The length of the union of [arrival, arrival + seconds) (arrivals sorted)."""
+    ends = arrival + seconds
+    reach = np.maximum.accumulate(ends)
+    before = np.concatenate(([-np.inf], reach[:-1]))
+    return float(np.maximum(reach - np.maximum(arrival, before), 0.0).sum())
+
+
+def estimate_steps(cfg: CbsimConfig) -> tuple[int, float, str]:
+    """Steps of one engine, the last arrival (s) and the key that drives the count."""
+    w = cfg.workload
+    prompt, gen, arrival = draw_shapes(w)
+    n, total_gen = len(gen), int(gen.sum())
+    prefill = -(-int(prompt.sum()) // w.max_batch_tokens)
+    decode = max(-(-total_gen // w.batch_size), int(gen.max()))
+    span_s = float(arrival[-1])
+    if w.arrival == "poisson":
+        step_s = decode_step_s(cfg)
+        in_flight = busy_seconds(arrival, gen * step_s) / step_s
+        decode = max(decode, min(total_gen, int(in_flight)))
+    driver = (
+        f"workload.num_requests={n}"
+        if w.num_requests is not None and n > w.batch_size
+        else f"workload.gen_len={w.gen_len}"
+    )
+    return prefill + decode, span_s, driver
+
+
+def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
+    """The size of ``cfg``'s run (``in_sweep``: as a sweep's job decides its outputs)."""
+    out = cfg.output.decided(in_sweep)
+    steps, span_s, driver = estimate_steps(cfg)
+    w = cfg.workload
+    n = w.total_requests
+    engines = 2 if cfg.engine.name == "compare" else 1
+    events = int(steps * EVENTS_PER_STEP)
+    trace_events = events * engines if engines > 1 else events
+    fixed = BASE_BYTES + n * (BYTES_PER_REQUEST + w.prompt_len * BYTES_PER_PROMPT_TOKEN)
+    fixed += n * w.gen_len * BYTES_PER_OUTPUT_TOKEN
+    if cfg.mode.name == "runtime":
+        memory = fixed + runtime_bytes(cfg) if cfg.mode.device.startswith("cpu") else fixed
+        wall = STARTUP_S + steps * engines * decode_step_s(cfg)
+    else:
+        traced = bool(out.trace or out.report)
+        per_engine = events * TRACED_BYTES_PER_EVENT if traced else steps * UNTRACED_BYTES_PER_STEP
+        memory = fixed + per_engine * (engines if traced else 1)
+        rate = TRACED_STEPS_PER_S if traced else UNTRACED_STEPS_PER_S
+        wall = (
+            STARTUP_S
+            + steps * engines / rate
+            + band_draws(cfg, in_sweep) * steps / UNTRACED_STEPS_PER_S
+        )
+    return Estimate(
+        steps=steps,
+        events=events,
+        trace_events=trace_events if out.trace else 0,
+        trace_bytes=trace_events * JSON_BYTES_PER_EVENT if out.trace else 0,
+        memory_bytes=int(memory),
+        wall_s=wall,
+        span_s=span_s,
+        driver=_driver(cfg, span_s, driver),
+    )
+
+
+def _driver(cfg: CbsimConfig, span_s: float, steps_driver: str) -> str:
+    """The key to name: the rate past a trace's time, the model on a runtime, else the key
+    that sets the step count."""
+    if span_s * 1e6 > MAX_TS_US:
+        return f"workload.rate={cfg.workload.rate:g}"
+    return f"model={cfg.model.name}" if cfg.mode.name == "runtime" else steps_driver
+
+
+def band_draws(cfg: CbsimConfig, in_sweep: bool) -> int:
+    """Simulations the bands add (cbsim.bands: both engines per draw), 0 without bands."""
+    return 2 * cfg.hardware.host.spread.draws if wants_bands(cfg, in_sweep) else 0
+
+
+def runtime_bytes(cfg: CbsimConfig) -> int:
+    """Weights and the whole KV cache, as the runtime allocates them on its device."""
+    w, model = cfg.workload, cfg.model
+    blocks = w.kv_num_blocks
+    if blocks is None:
+        blocks = w.total_requests * -(-(w.prompt_len + w.gen_len) // w.kv_block_size)
+    return model.weight_bytes + blocks * w.kv_block_size * model.kv_bytes_per_token
+
+
+def memory_limit(cfg: CbsimConfig) -> tuple[int, str]:
+    """The memory a run may take, and where that figure comes from."""
+    physical = physical_memory_bytes()
+    if cfg.limits.max_memory_gb is not None:
+        return int(cfg.limits.max_memory_gb * 1e9), "set"
+    share = f"{MEMORY_SHARE:.0%} of this machine's {physical / 1e9:.3g} GB"
+    return int(MEMORY_SHARE * physical), share
+
+
+def check_size(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
+    """The estimate, or a ConfigError when the run is over a limit (task=run only)."""
+    est = estimate(cfg, in_sweep)
+    if est.span_s * 1e6 > MAX_TS_US:
+        raise ConfigError(
+            f"{est.driver}: its {cfg.workload.total_requests} arrivals span {est.span_s:.3g} s of "
+            f"simulated time, past the {MAX_TS_US / 1e6:.3g} s (104 days) a trace's float64 "
+            "times hold to the nanosecond; allowed: a higher workload.rate or fewer requests"
+        )
+    _check_trace(cfg, est)
+    limit, source = memory_limit(cfg)
+    if est.memory_bytes > limit:
+        what = f"{cfg.model.name} weights and KV cache on mode.device={cfg.mode.device}, " * (
+            cfg.mode.name == "runtime"
+        )
+        raise ConfigError(
+            f"{est.driver}: {what}{est.describe()}; over limits.max_memory_gb="
+            f"{limit / 1e9:.3g}{'' if source == 'set' else f' ({source})'}; allowed: a smaller "
+            f"run, or limits.max_memory_gb={math.ceil(est.memory_bytes / 1e9)} to run it anyway"
+        )
+    return est
+
+
+def _check_trace(cfg: CbsimConfig, est: Estimate) -> None:
+    """A trace file over what the reader accepts (or limits.max_trace_mb) is refused."""
+    if not est.trace_events:
+        return
+    limit_mb = cfg.limits.max_trace_mb
+    max_bytes = DEFAULT_MAX_BYTES if limit_mb is None else int(limit_mb * 1e6)
+    over_events = limit_mb is None and est.trace_events > DEFAULT_MAX_EVENTS
+    if est.trace_bytes <= max_bytes and not over_events:
+        return
+    whose = "the merged trace of both engines" if cfg.engine.name == "compare" else "its trace"
+    limit = (
+        f"what cbsim reads back ({DEFAULT_MAX_EVENTS:,} events, {DEFAULT_MAX_BYTES >> 20} MiB)"
+        if limit_mb is None
+        else f"limits.max_trace_mb={limit_mb:g}"
+    )
+    raise ConfigError(
+        f"{est.driver}: {whose} would hold about {est.trace_events:,} events "
+        f"({est.trace_bytes / 1e6:.0f} MB), over {limit}; allowed: a smaller run, "
+        f"output.trace=false, or limits.max_trace_mb={math.ceil(est.trace_bytes / 1e6)} "
+        "to write it anyway"
+    )

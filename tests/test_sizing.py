@@ -1,0 +1,156 @@
+"""Work sized before it starts: a run over this machine, or over a trace cbsim reads back, is
+refused in one line naming the key, the estimate, the limit and the override, with nothing
+written; what a run leaves is said when it is interrupted; a trace past 104 days is refused."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_config, run_cli
+
+import cbsim
+from cbsim.app import on_disk
+from cbsim.config import ConfigError
+from cbsim.config.hardware import HostRegimes
+from cbsim.rundir import RunLock
+from cbsim.sim import simulate
+from cbsim.sim.host_speed import HostSpeed
+from cbsim.sizing import check_size, estimate
+from cbsim.sweep.grid import run_grid
+from cbsim.trace import TraceError, read_trace, write_trace
+
+MILLION = "workload.num_requests=1000000"
+
+
+def one_line(stderr: str) -> str:
+    lines = [x for x in stderr.splitlines() if x.strip() and "UserWarning" not in x]
+    lines = [x for x in lines if not x.lstrip().startswith("warnings.warn")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_a_million_requests_is_refused_in_one_line_before_any_directory_exists(tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_cli([MILLION, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=60)
+    assert r.returncode == 2
+    line = one_line(r.stderr)
+    assert line.startswith("cbsim: config error: workload.num_requests=1000000: ")
+    assert "events" in line and "limits.max_trace_mb=" in line and "output.trace=false" in line
+    assert not run_dir.exists()
+
+
+def test_without_a_trace_a_million_requests_is_refused_on_memory_naming_the_override():
+    config = make_config([MILLION, "output.trace=false", "output.report=false"])
+    with pytest.raises(ConfigError) as info:
+        check_size(config)
+    message = str(info.value)
+    assert message.startswith("workload.num_requests=1000000: about 32,0")
+    assert "over limits.max_memory_gb=" in message and "of this machine's" in message
+    assert "limits.max_memory_gb=" in message.rsplit("allowed:", 1)[1]
+
+
+def test_a_tiny_poisson_rate_is_refused_naming_the_rate():
+    config = make_config(["workload.arrival=poisson", "workload.rate=1e-12"])
+    with pytest.raises(ConfigError, match=r"^workload.rate=1e-12: its 32 arrivals span .* s"):
+        check_size(config)
+
+
+def test_compare_with_a_trace_cbsim_could_not_read_back_is_refused_and_the_override_allows_it():
+    over = ["engine=compare", "workload.gen_len=65536"]
+    with pytest.raises(ConfigError, match=r"merged trace .* over what cbsim reads back"):
+        check_size(make_config(over))
+    est = check_size(make_config([*over, "limits.max_trace_mb=400"]))
+    assert 256e6 < est.trace_bytes < 400e6
+    assert check_size(make_config([*over, "output.trace=false"])).trace_bytes == 0
+
+
+def test_a_runtime_on_the_cpu_is_checked_against_host_memory_before_it_starts(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["mode=runtime", "mode.device=cpu", "model=llama2_13b", "engine=sync"]
+    r = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=60)
+    assert r.returncode == 2
+    line = one_line(r.stderr)
+    assert "model=llama2_13b" in line and "mode.device=cpu" in line
+    assert "limits.max_memory_gb=" in line
+    assert not run_dir.exists()
+
+
+def test_a_memory_limit_set_low_refuses_the_default_run_and_a_high_one_lets_it_run():
+    with pytest.raises(ConfigError, match=r"over limits.max_memory_gb=0.01; allowed"):
+        check_size(make_config(["limits.max_memory_gb=0.01"]))
+    assert check_size(make_config(["limits.max_memory_gb=100"])).memory_bytes < 1e9
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["mode.bands=false"],
+        ["mode.bands=false", "workload.num_requests=96", "workload.gen_len=256"],
+        ["mode.bands=false", "workload.arrival=poisson", "workload.rate=2", "workload.gen_len=64"],
+    ],
+)
+def test_the_step_estimate_is_within_a_fifth_of_the_simulators_count(overrides):
+    config = make_config(overrides)
+    steps = simulate(config, "async").counters["steps"]
+    assert abs(estimate(config).steps - steps) <= 0.2 * steps
+
+
+def test_the_api_and_the_grid_refuse_the_same_run(tmp_path):
+    with pytest.raises(ConfigError, match="workload.num_requests=1000000"):
+        cbsim.simulate(MILLION)
+    out = tmp_path / "grid"
+    with pytest.raises(ConfigError, match="workload.num_requests=1000000: about"):
+        run_grid(out, [MILLION])
+    assert not out.exists()
+
+
+def test_a_second_run_into_a_busy_directory_leaves_hydras_config_untouched(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    config_yaml = run_dir / ".hydra" / "config.yaml"
+    config_yaml.write_text("the first run's config\n")
+    with RunLock(run_dir):
+        r = run_cli([f"hydra.run.dir={run_dir}", "model=tiny"], cwd=tmp_path, timeout=60)
+    assert r.returncode == 2
+    assert "is in use by another run" in one_line(r.stderr)
+    assert config_yaml.read_text() == "the first run's config\n"
+
+
+def test_an_interrupt_names_the_complete_traces_on_disk():
+    exc = KeyboardInterrupt()
+    assert on_disk(exc) == "no trace kept; not finished"
+    exc.cbsim_written = [Path("d/trace_sync.json")]  # type: ignore[attr-defined]
+    exc.cbsim_partial = Path("d/trace_async_partial.json")  # type: ignore[attr-defined]
+    assert on_disk(exc) == (
+        "complete trace in d/trace_sync.json; the trace so far is in "
+        "d/trace_async_partial.json (incomplete); not finished"
+    )
+
+
+def test_a_trace_with_a_timestamp_past_104_days_is_refused_on_load(tmp_path):
+    config = make_config(["model=tiny", "workload.gen_len=4", "workload.batch_size=2"])
+    path = write_trace(simulate(config, "sync", want_trace=True).trace, tmp_path / "t.json")
+    obj = json.loads(path.read_text())
+    span = next(e for e in obj["traceEvents"] if e.get("ph") == "X")
+    span["ts"] = 1e300
+    path.write_text(json.dumps(obj))
+    with pytest.raises(TraceError, match=r"ts=1e\+300 .* beyond .* \(104 days\)"):
+        read_trace(path)
+
+
+def test_a_band_draw_across_a_long_idle_gap_draws_a_few_stays_not_one_per_dwell():
+    regimes = HostRegimes(slow_factor=2.2, fast_dwell_s=1.0, slow_dwell_s=0.6)
+    speed = HostSpeed(regimes, realize=True, seed=3)
+    start = time.perf_counter()
+    levels = {speed.factor_at(t * 1e6) for t in (0.5, 1e7, 2e7, 9e12)}
+    assert time.perf_counter() - start < 1.0  # was one stay per second of the gap: 10^13 stays
+    assert len(speed._ends) < 100 and levels <= {1.0, 2.2}
+
+
+def test_after_a_long_gap_the_level_is_slow_for_its_stationary_share():
+    regimes = HostRegimes(slow_factor=2.2, fast_dwell_s=1.0, slow_dwell_s=0.6)
+    slow = [HostSpeed(regimes, realize=True, seed=s).factor_at(1e12) > 1 for s in range(2000)]
+    assert abs(sum(slow) / len(slow) - regimes.slow_share) < 0.04
