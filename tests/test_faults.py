@@ -38,6 +38,8 @@ LONG = [
     "workload.gen_len=256",
     "workload.gen_dist=uniform",
     "workload.gen_spread=0.5",
+    # its trace would be past what cbsim reads back (cbsim.sizing): it is interrupted first
+    "limits.max_trace_mb=100000",
 ]
 
 
@@ -181,7 +183,7 @@ def test_an_interrupted_run_says_so_in_one_line_and_leaves_nothing_final(tmp_pat
     run_dir = tmp_path / "run"
     proc = _start([*LONG, "engine=compare", f"hydra.run.dir={run_dir}"], tmp_path)
     _wait_for(run_dir / LOCK_FILE, proc)
-    time.sleep(1.0)  # inside the simulation
+    time.sleep(3.0)  # inside the simulation (setting up 20,000 requests takes a second or two)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err[-2000:]

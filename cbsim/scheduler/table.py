@@ -14,6 +14,8 @@ import numpy as np
 WAITING, RUNNING, DRAINING, FINISHED = 0, 1, 2, 3
 STATUS = ("waiting", "running", "finishing", "finished")
 REASONS = ("", "length", "eos")
+# updates logged before their outputs move into the flat buffer unasked
+LOG_UPDATES = 1024
 
 # name, dtype, fill: the table's columns
 COLUMNS = (
@@ -111,8 +113,12 @@ class RequestTable:
         return i
 
     def log_tokens(self, rows: np.ndarray, tokens: np.ndarray) -> None:
-        """Outputs of one update (in order per request), moved into the buffer when read."""
+        """Outputs of one update (in order per request), moved into the buffer when read or
+        when LOG_UPDATES are waiting (a long run nobody reads outputs of keeps 8 bytes a token
+        in the buffer, not two arrays a step in the log)."""
         self.log.append((rows, tokens))
+        if len(self.log) >= LOG_UPDATES:
+            self.flush_log()
 
     def outputs(self, i: int) -> np.ndarray:
         """The outputs of row ``i`` filled in so far (int64, a copy)."""

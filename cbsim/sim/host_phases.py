@@ -140,9 +140,10 @@ class HostPhases(HostState):
     ) -> dict[str, Any]:
         """The step's three GPU spans and counts; returns the forward span's args."""
         fwd = plan.forward
-        self._gpu_span(
-            h2d.lane, S.COPY_H2D, h2d.start, h2d.end - h2d.start, {**args, "bytes": plan.h2d_bytes}
-        )
+        # the copies' byte counts are trace args only: the metric columns share the step's args
+        traced = self.rec.tracing
+        h2d_args = {**args, "bytes": plan.h2d_bytes} if traced else args
+        self._gpu_span(h2d.lane, S.COPY_H2D, h2d.start, h2d.end - h2d.start, h2d_args)
         busy_start = compute.end - fwd_us  # eager: launch-bound idle shows before it
         fwd_args = {**args, "new_tokens": plan.samples}
         if compute.end - compute.start - fwd_us > 0.5:
@@ -162,9 +163,8 @@ class HostPhases(HostState):
                 fwd_us - fwd.carry_over_us,
                 fwd_args,
             )
-        self._gpu_span(
-            d2h.lane, S.COPY_D2H, d2h.start, d2h.end - d2h.start, {**args, "bytes": plan.d2h_bytes}
-        )
+        d2h_args = {**args, "bytes": plan.d2h_bytes} if traced else args
+        self._gpu_span(d2h.lane, S.COPY_D2H, d2h.start, d2h.end - d2h.start, d2h_args)
         n = self.n
         n["steps"] += 1
         n["graph_steps" if plan.graph else "eager_steps"] += 1
