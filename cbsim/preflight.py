@@ -31,6 +31,9 @@ from cbsim.sweep.compose import JobComposer, composed_jobs, task_config
 from cbsim.sweep.summary import expected_overrides
 from cbsim.workload import check_lengths_files
 
+# a single run estimated to take longer than this prints its estimate before it starts
+SAY_ESTIMATE_S = 60.0
+
 
 def declared_extra_keys(task: str) -> dict[str, str] | None:
     """The extra keys ``task`` declares, each with what it does; None: the task checks them."""
@@ -85,13 +88,20 @@ def check_config(config: CbsimConfig, in_sweep: bool = False) -> CbsimConfig:
         if options.refit is None:
             check_probes(config, dataclasses.asdict(config.model), options.probes)
     if config.task == "run":
-        check_size(config, in_sweep)
+        est = check_size(config, in_sweep)
+        if not in_sweep and est.wall_s > SAY_ESTIMATE_S:  # a long run says what to expect
+            print(f"cbsim: estimate: {est.describe()}", file=sys.stderr)
     return config
 
 
 def check_job(cfg: DictConfig, in_sweep: bool = False) -> CbsimConfig:
     """Raise ConfigError naming the first bad value of this job's config."""
     return check_config(load_config(task_config(cfg)), in_sweep)
+
+
+def run_dir_of(config: DictConfig) -> Path:
+    """The directory Hydra is about to run in (hydra.run.dir, resolved as Hydra resolves it)."""
+    return Path(str(config.hydra.run.dir))
 
 
 def _refuse(message: str) -> None:
@@ -105,7 +115,7 @@ class Preflight(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             check_job(config)
-            check_not_busy(Path(config.hydra.run.dir))  # before Hydra writes its .hydra/ there
+            check_not_busy(run_dir_of(config))  # before Hydra writes its .hydra/ there
         except ConfigError as exc:
             _refuse(str(exc))
         except RunDirError as exc:

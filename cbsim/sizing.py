@@ -74,8 +74,12 @@ class Estimate:
     def describe(self) -> str:
         return (
             f"about {self.steps:,} steps and {self.events:,} trace events an engine, "
-            f"{self.memory_bytes / 1e9:.3g} GB peak memory, {_duration(self.wall_s)}"
+            f"{_size(self.memory_bytes)} peak memory, {_duration(self.wall_s)}"
         )
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.3g} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def _duration(seconds: float) -> str:
@@ -197,13 +201,13 @@ def check_size(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
     _check_trace(cfg, est)
     limit, source = memory_limit(cfg)
     if est.memory_bytes > limit:
-        what = f"{cfg.model.name} weights and KV cache on mode.device={cfg.mode.device}, " * (
-            cfg.mode.name == "runtime"
-        )
+        what = est.describe()
+        if cfg.mode.name == "runtime":
+            what = f"weights and KV cache of {_size(est.memory_bytes)} on mode.device={cfg.mode.device}"
         raise ConfigError(
-            f"{est.driver}: {what}{est.describe()}; over limits.max_memory_gb="
-            f"{limit / 1e9:.3g}{'' if source == 'set' else f' ({source})'}; allowed: a smaller "
-            f"run, or limits.max_memory_gb={math.ceil(est.memory_bytes / 1e9)} to run it anyway"
+            f"{est.driver}: {what}; over limits.max_memory_gb={limit / 1e9:.3g}"
+            f"{'' if source == 'set' else f' ({source})'}; allowed: a smaller run, or "
+            f"limits.max_memory_gb={math.ceil(est.memory_bytes / 1e9)} to run it anyway"
         )
     return est
 
@@ -225,7 +229,7 @@ def _check_trace(cfg: CbsimConfig, est: Estimate) -> None:
     )
     raise ConfigError(
         f"{est.driver}: {whose} would hold about {est.trace_events:,} events "
-        f"({est.trace_bytes / 1e6:.0f} MB), over {limit}; allowed: a smaller run, "
+        f"({_size(est.trace_bytes)}), over {limit}; allowed: a smaller run, "
         f"output.trace=false, or limits.max_trace_mb={math.ceil(est.trace_bytes / 1e6)} "
         "to write it anyway"
     )

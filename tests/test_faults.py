@@ -188,7 +188,9 @@ def test_an_interrupted_run_says_so_in_one_line_and_leaves_nothing_final(tmp_pat
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err
-    (line,) = [ln for ln in err.splitlines() if ln.startswith("cbsim:")]
+    # the run's estimate first (it is a long one), then the interrupt
+    estimate, line = [ln for ln in err.splitlines() if ln.startswith("cbsim:")]
+    assert estimate.startswith("cbsim: estimate: about ")
     assert line.startswith(f"cbsim: interrupted by {sig.name}:") and "not finished" in line
     names = {p.name for p in run_dir.iterdir()}
     assert not {n for n in names if n.startswith("trace") and "_partial" not in n}
@@ -205,10 +207,13 @@ def test_a_second_run_into_a_busy_directory_fails_and_the_first_finishes_alone(t
     first = _start([*LONG, f"hydra.run.dir={run_dir}"], tmp_path)
     _wait_for(run_dir / LOCK_FILE, first)
     time.sleep(0.5)
+    hydra_config = (run_dir / ".hydra" / "config.yaml").read_text()
     second = run_cli([*TINY, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert second.returncode == 2, second.stderr[-2000:]
     (line,) = second.stderr.strip().splitlines()
     assert "is in use by another run" in line and str(run_dir) in line
+    # refused before Hydra wrote the second run's config over the first one's
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == hydra_config
     first.send_signal(signal.SIGTERM)
     first.communicate(timeout=120)
     assert first.returncode == 143
