@@ -42,6 +42,7 @@ from cbsim.rundir import (
     write_finished,
 )
 from cbsim.sim import simulate
+from cbsim.sizing import unreadable
 from cbsim.trace import Trace, write_trace
 
 log = logging.getLogger("cbsim")
@@ -94,6 +95,15 @@ def _untraced(
     return None, {**metrics, **device_fit(result.memory, config.hardware.memory_bytes)}
 
 
+def readable(config: CbsimConfig, events: int, engine: str) -> bool:
+    """Whether a trace of ``events`` is one cbsim reads back (the estimate's check, made again
+    on the trace itself); when not, it is not written and a line says why."""
+    reason = unreadable(config, events)
+    if reason is not None:
+        print(f"cbsim: {engine} trace not written: {reason}", file=sys.stderr)
+    return reason is None
+
+
 def in_multirun() -> bool:
     """Whether this run is a job of a Hydra multirun (a sweep)."""
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -134,7 +144,7 @@ def _run_engines(
             continue
         trace = _run_one(config, engine, len(engines) == 1, run_dir, backend)
         trace.other_data.setdefault("config", resolved)
-        if out.trace:
+        if out.trace and readable(config, len(trace.events), engine):
             name = trace_name(engine, len(engines) == 1, bool(out.trace_gzip))
             written.append(write_trace(trace, run_dir / name))
             log.debug("trace: %s", written[-1])

@@ -212,6 +212,21 @@ def check_size(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
     return est
 
 
+def unreadable(cfg: CbsimConfig, events: int) -> str | None:
+    """Why a built trace of ``events`` would be past what cbsim reads back (or
+    limits.max_trace_mb), or None (the estimate's check on the real count, before writing)."""
+    limit_mb = cfg.limits.max_trace_mb
+    size = events * JSON_BYTES_PER_EVENT
+    max_bytes = DEFAULT_MAX_BYTES if limit_mb is None else limit_mb * 1e6
+    if size <= max_bytes and (limit_mb is not None or events <= DEFAULT_MAX_EVENTS):
+        return None
+    return (
+        f"{events:,} events (about {_size(size)}) is over what cbsim reads back "
+        f"({DEFAULT_MAX_EVENTS:,} events, {DEFAULT_MAX_BYTES >> 20} MiB) or limits.max_trace_mb; "
+        f"allowed: limits.max_trace_mb={math.ceil(size / 1e6)} to write it"
+    )
+
+
 def _check_trace(cfg: CbsimConfig, est: Estimate) -> None:
     """A trace file over what the reader accepts (or limits.max_trace_mb) is refused."""
     if not est.trace_events:

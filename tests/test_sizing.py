@@ -154,3 +154,20 @@ def test_after_a_long_gap_the_level_is_slow_for_its_stationary_share():
     regimes = HostRegimes(slow_factor=2.2, fast_dwell_s=1.0, slow_dwell_s=0.6)
     slow = [HostSpeed(regimes, realize=True, seed=s).factor_at(1e12) > 1 for s in range(2000)]
     assert abs(sum(slow) / len(slow) - regimes.slow_share) < 0.04
+
+
+def test_a_trace_found_past_the_limit_once_built_is_not_written_and_the_run_says_so(tmp_path):
+    # lognormal lengths: the estimate (15,309 events, 4.3 MB) is under the limit, the trace
+    # built (18,352 events, 5.1 MB) is not; the metrics are kept, the trace is not written
+    run_dir = tmp_path / "run"
+    args = ["engine=sync", "workload.batch_size=8", "workload.num_requests=64",
+            "workload.gen_len=256", "workload.gen_dist=lognormal", "workload.gen_spread=0.8",
+            "limits.max_trace_mb=4.7", "mode.bands=false", "output.report=false",
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    r = run_cli(args, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("cbsim:")]
+    assert line.startswith("cbsim: sync trace not written: 18,")
+    assert "limits.max_trace_mb=6 to write it" in line
+    names = {p.name for p in run_dir.iterdir()}
+    assert "metrics.json" in names and not [n for n in names if n.startswith("trace")]
