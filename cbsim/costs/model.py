@@ -32,11 +32,12 @@ from cbsim.costs.decode_kernel import GraphTables, LaunchRule, launch_name, tabl
 from cbsim.costs.eager_tokens import eager_tokens
 from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
+from cbsim.costs.host_phase_costs import HostPhaseCosts
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
 from cbsim.costs.kernels import KernelCosts
 
 
-class CostModel(BufferBytes):
+class CostModel(BufferBytes, HostPhaseCosts):
     """Durations for one configuration; precomputes the per-model constants once."""
 
     def __init__(self, config: CbsimConfig, max_context: int | None = None) -> None:
@@ -363,35 +364,3 @@ class CostModel(BufferBytes):
         if self.table_copies:
             return self.kernel_costs.copy_us("d2h", nbytes)
         return self.hw.copy_latency_us + nbytes / self.d2h_bw
-
-    # ---- host ------------------------------------------------------------------------------
-    def schedule_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
-        cost = self.host.schedule.cost(requests, tokens, blocks)
-        return cost * self.jitter.step() if self.jitter else cost
-
-    def prepare_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
-        cost = self.host.prepare.cost(requests, tokens, blocks)
-        return cost * self.jitter.factor if self.jitter else cost
-
-    def update_us(self, requests: int, tokens: int, blocks: int = 0) -> float:
-        cost = self.host.update.cost(requests, tokens, blocks)
-        return cost * self.jitter.factor if self.jitter else cost
-
-    def stall_us(self, update_index: int) -> float:
-        """The periodic host stall charged to the ``update_index``-th update (0-based)."""
-        every = self.host.stall_every_steps
-        return self.host.stall_us if every and (update_index + 1) % every == 0 else 0.0
-
-    def launch_us(
-        self, kernels: int, graph: bool, copies: int, event_ops: int, blocks: int = 0
-    ) -> float:
-        """Host time to enqueue one step: the kernels or one graph, the copies, the events,
-        and the per-block staging of the block tables."""
-        h = self.host
-        body = h.graph_launch_us if graph else h.kernel_launch_us * kernels
-        return (
-            body
-            + h.launch_per_block_us * blocks
-            + h.copy_launch_us * copies
-            + h.event_us * event_ops
-        )
