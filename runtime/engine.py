@@ -85,6 +85,11 @@ def check_device(config: CbsimConfig, engine: str, cpu_emulation: bool = False) 
     app checks every engine of a comparison before running any)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; the runtime runs one of: {', '.join(ENGINES)}")
+    if config.engine.mixed_graphs != "off":
+        raise ConfigError(
+            f"engine.mixed_graphs={config.engine.mixed_graphs} is a simulator what-if (the runtime "
+            "launches steps with prompt tokens eagerly); allowed with mode=runtime: off"
+        )
     device = torch.device(config.mode.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(

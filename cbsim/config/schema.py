@@ -210,6 +210,8 @@ class EngineConfig:
     continuation_decode_max: int = 0
     # how the Triton decode kernel launches over a table of a given width (both back ends)
     decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())
+    # "buckets": prompt steps in piecewise graphs (costs/mixed_graphs.py): sim only, runtime refuses
+    mixed_graphs: str = "off"
 
     def __post_init__(self) -> None:
         check_choice("engine.name", self.name, ENGINES)
@@ -217,17 +219,15 @@ class EngineConfig:
         check_range("engine.io_slots", self.io_slots, 1, 2)
         check_range("engine.eager_token_multiple", self.eager_token_multiple, 1, 1024)
         check_range("engine.continuation_decode_max", self.continuation_decode_max, 0, 8192)
+        check_choice("engine.mixed_graphs", self.mixed_graphs, ("off", "buckets"))
         if self.name in ("async", "compare") and not self.carry_over:
             raise ConfigError(
-                f"engine.carry_over=false is impossible with engine.name={self.name}: batch N+1 "
-                "is built before batch N's tokens exist; allowed: engine.carry_over=true, "
-                "or engine.name=sync"
+                f"engine.carry_over=false is impossible with engine.name={self.name} (batch N+1 is "
+                "built before N's tokens exist); allowed: true, or engine.name=sync"
             )
         if not self.graph_batch_sizes or any(b <= 0 for b in self.graph_batch_sizes):
-            raise ConfigError(
-                f"engine.graph_batch_sizes={list(self.graph_batch_sizes)} is empty or not "
-                "positive; allowed: a non-empty list of positive batch sizes"
-            )
+            sizes = list(self.graph_batch_sizes)
+            raise ConfigError(f"engine.graph_batch_sizes={sizes}; allowed: non-empty, each > 0")
 
 
 @dataclass
