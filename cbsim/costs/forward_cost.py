@@ -16,6 +16,10 @@ class ForwardCost:
     overhead_us: float  # forward_fixed_us + per-kernel gaps
     carry_over_us: float  # the in-graph scatter-add of batch N's tokens, 0 when not needed
     kernels: int  # kernels launched (eager) or graph nodes (replay)
+    # a replay's graphs (1; a piecewise one's layers + 1) and the kernels it leaves to the host
+    # (a piecewise one's attention: costs/mixed_graphs.py)
+    pieces: int = 1
+    eager_kernels: int = 0
     # the GEMMs' compute-bound time at boost, its stretch at the settled clock ratio
     # (costs/clock.py; the simulator lags a step with prompt tokens: launch.py)
     clocked_us: float = 0.0

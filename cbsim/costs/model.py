@@ -35,6 +35,7 @@ from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.host_phase_costs import HostPhaseCosts
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
 from cbsim.costs.kernels import KernelCosts
+from cbsim.costs.mixed_graphs import buckets_of, piecewise
 
 
 class CostModel(BufferBytes, HostPhaseCosts):
@@ -78,6 +79,7 @@ class CostModel(BufferBytes, HostPhaseCosts):
         self.d2h_bw = hw.d2h_bandwidth * 1e-6
         self.graph_sizes = sorted(config.engine.graph_batch_sizes)
         self.token_multiple = config.engine.eager_token_multiple
+        self.token_buckets = buckets_of(config)  # [] unless engine.mixed_graphs=buckets
         self.short_max = config.engine.continuation_decode_max
         self.model, self.workload = m, w
         self.gemm_row_us = g.gemm_row_us
@@ -180,25 +182,33 @@ class CostModel(BufferBytes, HostPhaseCosts):
         return None
 
     def forward(
-        self, batch, *, graph: bool, carry_over: bool, padded_requests: int | None = None
+        self,
+        batch,
+        *,
+        graph: bool,
+        carry_over: bool,
+        padded_requests: int | None = None,
+        padded_tokens: int | None = None,
     ) -> ForwardCost:
         """One forward pass over a scheduler Batch (``query_lens``, ``context_lens``,
-        ``query_tokens``, ``kv_tokens``, ``num_samples``, ``kind``)."""
+        ``query_tokens``, ``kv_tokens``, ``num_samples``, ``kind``); ``padded_tokens``: a
+        piecewise replay over that token bucket (mixed_graphs.py)."""
         q_tokens, sampled = batch.query_tokens, batch.num_samples
+        graph_blas = graph and not padded_tokens  # pieces keep the eager steps' library
         decode = batch.kind == "decode"  # one query token per request: closed forms below
         if padded_requests is not None and padded_requests > len(batch):
             # a replayed decode graph computes its padded rows too (one token each, no KV)
             extra = padded_requests - len(batch)
             q_tokens += extra
             sampled += extra
-        elif not graph:  # an eager step with prompt tokens runs over its padded rows
-            q_tokens = eager_tokens(batch, self.token_multiple)
+        elif not graph_blas:  # a step with prompt tokens runs over its padded rows
+            q_tokens = padded_tokens or eager_tokens(batch, self.token_multiple)
         if self.kernel_costs is None:
             linear, lm_head = self._roofline_linear(q_tokens, sampled)
             attention = self._roofline_attention(batch, decode, padded_requests)
         else:  # measured kernels; chunks after a cached prefix (not timed) by the roofline
             kc = self.kernel_costs
-            linear, lm_head = kc.linear_us(q_tokens, graph), kc.lm_head_us(sampled, graph)
+            linear, lm_head = kc.linear_us(q_tokens, graph_blas), kc.lm_head_us(sampled, graph_blas)
             share = self.gpu.attention_tile_share
             tile = self.decode_tile(batch, padded_requests) if share else 128
             launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
@@ -212,6 +222,8 @@ class CostModel(BufferBytes, HostPhaseCosts):
             linear, lm_head, attention = linear * s, lm_head * s, attention * s
             attention += 0.0 if decode else self.continuation_attention_us(batch)
         cost = self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
+        if padded_tokens:  # its pieces, and attention launched between them
+            piecewise(cost, self.gpu, self.layers, self.groups(batch))
         if self.gpu.clock.throttles:
             gemm, head = (
                 self.linear_flops_per_token * q_tokens,

@@ -149,7 +149,10 @@ def memory(sim: HostPhases, setup: RunSetup) -> dict[str, Any]:
         "graph_pool_bytes_per_slot": pool,
         "graph_pool_bytes": pool,
         "graph_pool_bytes_unshared": pool * slots,
-        "graphs_captured": len(sizes) * slots if eng.cuda_graphs else 0,
+        # a decode graph per batch size; a piecewise step's layers + 1 per token bucket
+        "graphs_captured": (len(sizes) + len(costs.token_buckets) * (costs.layers + 1)) * slots
+        if eng.cuda_graphs
+        else 0,
         "kv_cache_bytes": fit.parts["kv_cache_bytes"],
         "weight_bytes": fit.parts["weight_bytes"],
         "device_bytes_needed": fit.bytes_needed,

@@ -169,7 +169,7 @@ class HostPhases(HostState):
         n["steps"] += 1
         n["graph_steps" if plan.graph else "eager_steps"] += 1
         n["carry_over_steps"] += plan.carry
-        n["kernels_launched"] += 0 if plan.graph else fwd.kernels
+        n["kernels_launched"] += fwd.eager_kernels if plan.graph else fwd.kernels
         n["launch_wait_us"] += compute.end - compute.start - fwd_us
         return fwd_args
 

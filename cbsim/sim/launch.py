@@ -17,6 +17,7 @@ from cbsim.costs import ForwardCost
 from cbsim.costs.attention_groups import extra_table_entries
 from cbsim.costs.clock import lagged
 from cbsim.costs.eager_tokens import eager_tokens
+from cbsim.costs.mixed_graphs import bucket_of
 from cbsim.scheduler import Batch
 from cbsim.sim.host_state import HostState, Launched
 from cbsim.sim.io_slots import IOSlot
@@ -28,8 +29,8 @@ from cbsim.trace import schema as S
 class StepPlan:
     """What one step runs and moves."""
 
-    graph: bool  # one graph replay (else every kernel launched eagerly)
-    bucket: int | None  # the captured batch size a graph step is padded to
+    graph: bool  # a graph replay (one, or piecewise: fwd.pieces) else every kernel eagerly
+    bucket: int | None  # the captured batch size (tokens, piecewise) a graph step is padded to
     width: int | None  # the graph's block table (tokens): its launch class
     carry: bool  # batch N's tokens scattered into this batch's inputs first
     forward: ForwardCost
@@ -74,9 +75,16 @@ def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
     # runtime replays a graph for it (runtime/runner.py plan)
     one_each = batch.query_tokens == batch.num_requests
     padded = costs.graph_size(batch.num_requests) if one_each else None
-    graph = eng.cuda_graphs and padded is not None
+    # a step with prompt tokens: piecewise graphs of its token bucket, with
+    # engine.mixed_graphs=buckets (costs/mixed_graphs.py; no buckets: eager)
+    tokens_bucket = None if one_each else bucket_of(costs.token_buckets, batch.query_tokens)
+    graph = eng.cuda_graphs and (padded is not None or tokens_bucket is not None)
     fwd = costs.forward(
-        batch, graph=graph, carry_over=carry, padded_requests=padded if graph else None
+        batch,
+        graph=graph,
+        carry_over=carry,
+        padded_requests=padded if graph else None,
+        padded_tokens=tokens_bucket if graph else None,
     )
     # block-table entries: sum of ceil(context / block) is at most this (one partial each)
     kv_blocks = costs.kv_blocks(batch.kv_tokens, batch.num_requests)
@@ -86,8 +94,8 @@ def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
         entries += extra_table_entries(costs.groups(batch), batch.context_lens, costs.block_size)
     h2d_bytes = costs.h2d_bytes(tokens, batch.num_requests, batch.num_samples, entries)
     samples = batch.num_samples
-    bucket = padded if graph else None
-    width = costs.graph_table(padded, int(batch.context_lens.max())) if graph else None
+    bucket = (padded or tokens_bucket) if graph else None
+    width = costs.graph_table(padded, int(batch.context_lens.max())) if padded and graph else None
     return StepPlan(
         graph, bucket, width, carry, fwd, samples, kv_blocks, h2d_bytes, costs.d2h_bytes(samples)
     )
@@ -113,8 +121,11 @@ def enqueue_step(
     h2d_done = dev.h2d.record()
     # compute: wait on h2d_done, carry-over scatter, forward; record compute_done
     t += hs.event
-    # a graph's launch (its first in this run costs more), or the first kernel's
+    # a graph's launch (its first in this run costs more), or the first kernel's; then a
+    # piecewise replay's other pieces and the attention kernels between them (none for one graph)
     launch_first = hs.graph + first_replay_us(host, slot, plan) if graph else hs.kernel
+    rest = (fwd.pieces - 1) * hs.graph + fwd.eager_kernels * hs.kernel if graph else 0.0
+    entries = fwd.pieces + fwd.eager_kernels if graph else fwd.kernels
     if costs.idle_slowdown and dev.compute.seq:
         # a compute stream that sat idle runs this forward slower
         tail = dev.compute.tail
@@ -130,7 +141,10 @@ def enqueue_step(
     ready = (h2d_done,) if waits else ()
     if graph:
         t += launch_first
-        compute = dev.compute.enqueue(S.GRAPH_REPLAY, t, fwd_us, vc, ready)
+        # the GPU cannot finish before the host has launched the last piece (one graph: no bound)
+        last = t + rest + fwd_us / entries
+        compute = dev.compute.enqueue(S.GRAPH_REPLAY, t, fwd_us, vc, ready, not_before_end=last)
+        t += rest
     else:
         first = t + hs.kernel
         t += hs.kernel * fwd.kernels
@@ -139,7 +153,7 @@ def enqueue_step(
             S.FORWARD, first, fwd_us, vc, ready, not_before_end=t + fwd_us / fwd.kernels
         )
     # a full launch queue holds the host until the GPU has worked its way down it
-    t = max(t, host.launch_queue.push(compute.start, compute.end, 1 if graph else fwd.kernels))
+    t = max(t, host.launch_queue.push(compute.start, compute.end, entries))
     tracker.read(slot, slot.dev_in, compute, compute.vc, step, compute.lane, compute.start)
     if plan.carry:
         tracker.read(
@@ -181,12 +195,15 @@ def clock_lag_us(host: HostState, batch: Batch, fwd: ForwardCost, begin: float) 
 
 
 def first_replay_us(host: HostState, slot: IOSlot, plan: StepPlan) -> float:
-    """The extra host time of this (slot, bucket, width) graph's first launch, once per run."""
+    """The extra host time of this (slot, bucket, width) graph's first launch, once per run
+    (a piecewise replay's: its pieces' nodes; its width None keys it apart from the decode
+    graphs, whose tables always have one)."""
+    fwd = plan.forward
     key = (slot.index, plan.bucket, plan.width)
     if key in host.replayed:
         return 0.0
     host.replayed.add(key)
-    return host.costs.host.graph_first_replay_us_per_kernel * plan.forward.kernels
+    return host.costs.host.graph_first_replay_us_per_kernel * (fwd.kernels - fwd.eager_kernels)
 
 
 def _enqueue_d2h(
