@@ -12,14 +12,18 @@ achieved FLOP/s, bytes / achieved bandwidth), achieved = peak x that kind's effi
   x min(longest decode context, the split-K partition of ``engine.decode_launch``);
 - ``forward_fixed_us``, one gap per kernel (eager or graph node; ``step_kernels`` counts them by
   the step's attention groups), ``carry_over_us``; ``idle_slowdown`` x the stream's idle before.
+  A piecewise replay of a step with prompt tokens (``padded_tokens``, mixed_graphs.py): the
+  linear layers over its token bucket, attention over its real rows, eager gaps for attention.
 
 With ``hardware.kernel_table`` the GEMMs, elementwise kernels, decode attention (its
 ``attention_tile_share`` per whole KV tile) and prompt starts, and the copies are measured times
 (kernels.py); continuations keep the roofline plus ``prefix_walk_us_per_element`` x their widest
-table x head_dim x layers. Copies: ``copy_latency_us + bytes / bandwidth``. Host phases:
-``PhaseCost`` over requests, tokens and KV blocks (``kv_tokens // block_size + requests``); a
-launch: one ``kernel_launch_us`` per kernel or one ``graph_launch_us``, ``launch_per_block_us``
-per block, ``copy_launch_us`` per copy, ``event_us`` per event op.
+table x head_dim x layers. Copies: ``copy_latency_us + bytes / bandwidth``. Host phases
+(host_phase_costs.py): ``PhaseCost`` over requests, tokens and KV blocks (``kv_tokens //
+block_size + requests``); a launch: one ``kernel_launch_us`` per kernel or one
+``graph_launch_us`` (a piecewise replay: one a piece, plus its attention kernels' launches,
+sim/launch.py), ``launch_per_block_us`` per block, ``copy_launch_us`` per copy, ``event_us`` per
+event op.
 """
 
 from __future__ import annotations
