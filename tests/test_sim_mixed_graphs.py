@@ -13,7 +13,7 @@ from sim_harness import make
 from cbsim.config import ConfigError
 from cbsim.config.schema import EngineConfig
 from cbsim.costs import CostModel
-from cbsim.costs.mixed_graphs import token_buckets
+from cbsim.costs.mixed_graphs import piece_activation_bytes, token_buckets
 from cbsim.metrics import compute_metrics
 from cbsim.sim import run
 
@@ -124,3 +124,11 @@ def test_a_bad_mixed_graphs_value_names_the_key_and_what_is_allowed():
         EngineConfig(mixed_graphs="full")
     with pytest.raises(ConfigError, match=r"engine\.mixed_graphs"):
         make_config(["engine.mixed_graphs=on"])
+
+
+def test_the_graph_pool_holds_the_largest_buckets_pieces_and_no_more():
+    off = CostModel(config("off", max_batch_tokens=2048))
+    on = CostModel(config("buckets", max_batch_tokens=2048))
+    pieces = piece_activation_bytes(on.model, 2048)
+    assert off.graph_pool_bytes_per_slot(4) < pieces
+    assert on.graph_pool_bytes_per_slot(4) == pieces
