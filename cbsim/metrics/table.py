@@ -31,6 +31,7 @@ SUMMARY_ROWS = (
     ("idle: host wait", "gpu_idle_host_wait_fraction", "{:.2%}"),
     ("idle: kernel wait", "gpu_idle_kernel_wait_fraction", "{:.2%}"),
     ("idle: other", "gpu_idle_other_fraction", "{:.2%}"),
+    ("idle: launch waits", "gpu_launch_wait_fraction", "{:.2%}"),
     ("HBM TB/s (forward)", "hbm_tbps_mean", "{:.2f}"),
     ("of the HBM floor", "hbm_floor_fraction", "{:.1%}"),
     ("CPU blocked", "cpu_blocked_fraction", "{:.2%}"),
