@@ -18,10 +18,11 @@ from cbsim.config.ranges import check_numbers
 from cbsim.config.schema import CbsimConfig
 
 
-def _nest(values: dict[str, Any]) -> dict[str, Any]:
+def nest_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """{"workload.batch_size": 8} -> {"workload": {"batch_size": 8}}."""
     tree: dict[str, Any] = {}
     for key, value in values.items():
-        *path, leaf = key.split(".")
+        *path, leaf = str(key).split(".")
         node = tree
         for part in path:
             node = node.setdefault(part, {})
@@ -108,6 +109,6 @@ def replace_values(config: CbsimConfig, values: dict[str, Any]) -> CbsimConfig:
     """``config`` with each dotted key set to its value, every check run again."""
     if not values:
         return config
-    out = _rebuild(config, _nest(values), "")
+    out = _rebuild(config, nest_keys(values), "")
     check_numbers(out)
     return out

@@ -19,24 +19,13 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.values import nest_keys
 from cbsim.metrics import compute_metrics
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.options import Probe
 from cbsim.trace import write_trace
 
 PROBES_DIR = "probes"
-
-
-def _nest(values: dict[str, Any]) -> dict[str, Any]:
-    """{"workload.batch_size": 8} -> {"workload": {"batch_size": 8}}."""
-    tree: dict[str, Any] = {}
-    for key, value in values.items():
-        *path, leaf = str(key).split(".")
-        node = tree
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return tree
 
 
 def _deep_update(tree: dict[str, Any], change: dict[str, Any]) -> None:
@@ -57,7 +46,7 @@ def probe_config(
     raw["model"] = copy.deepcopy(model)
     raw["engine"]["name"] = "compare"
     raw["mode"]["name"] = "runtime"
-    _deep_update(raw, _nest(probe.values))
+    _deep_update(raw, nest_keys(probe.values))
     try:
         merged = OmegaConf.merge(OmegaConf.structured(CbsimConfig), raw)
         obj = OmegaConf.to_object(merged)
