@@ -138,7 +138,15 @@ def test_online_and_capacity_pages_draw(chromium, tmp_path):
         "slo": {"ttft": 100.0, "tpot": 10.0},
         "requests": 8,
         "answer": "capacity under p99 TTFT <= 100 ms: sync 1 req/s",
-        "engines": {"sync": {"capacity_rate": 1.0, "at_least": False, "curve": [point]}},
+        "engines": {
+            "sync": {
+                "capacity_rate": 1.0,
+                "band": [0.9, 1.2],
+                "seed_rates": [1.0, 0.9, 1.2],
+                "at_least": False,
+                "curve": [point],
+            }
+        },
     }
     check(chromium.open(write_capacity_page(result, tmp_path / "capacity.html")), 1)
 

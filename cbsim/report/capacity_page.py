@@ -110,8 +110,8 @@ def write_capacity_page(result: dict[str, Any], path: Path, description: str = "
                 [
                     engine,
                     _rate(r["capacity_rate"]),
-                    " - ".join(_rate(v) for v in r["band"]),
-                    ", ".join(_rate(v) for v in r["seed_rates"]),
+                    " - ".join(_rate(v) for v in r.get("band") or [r["capacity_rate"]] * 2),
+                    ", ".join(_rate(v) for v in r.get("seed_rates") or [r["capacity_rate"]]),
                 ]
                 for engine, r in in_order(result["engines"], ENGINE_ORDER).items()
             ],
