@@ -92,7 +92,7 @@ def make_recording(
     overrides_only: bool = False,
 ) -> Path:
     overrides = (
-        [UNFITTED]
+        [*UNFITTED]
         + [f"{k}={v}" for k, v in TRUTH.items()]
         + [
             f"engine={engine}",
@@ -123,7 +123,7 @@ def recordings(tmp_path_factory) -> list[Path]:
 
 
 def test_calibration_recovers_known_costs(recordings):
-    base = load_config(compose_cfg([UNFITTED])).hardware
+    base = load_config(compose_cfg([*UNFITTED])).hardware
     cal = calibrate(load(recordings), base, "h200_test")
     for key, truth in TRUTH.items():
         assert _get(cal.hardware, key) == pytest.approx(truth, rel=0.01), key
@@ -137,12 +137,14 @@ def test_calibration_recovers_known_costs(recordings):
 
 
 def test_profile_file_round_trips(recordings, tmp_path):
-    base = load_config(compose_cfg([UNFITTED])).hardware
+    base = load_config(compose_cfg([*UNFITTED])).hardware
     cal = calibrate(load(recordings[:3]), base, "h200_rt")
     text = profile_yaml(cal, "h200")
-    assert "# fitted: forward" in text and "kept from the base profile" in text
     hw = hardware_from(yaml.safe_load(text))
-    assert hw.name == "h200_rt"
+    assert hw.name == "h200_rt" and hw.tier == "fitted"
+    # one provenance entry per value: fitted ones name their spans, kept ones the base
+    assert hw.provenance["gpu.forward_fixed_us"].startswith("fitted: forward")
+    assert hw.provenance["gpu.eager_kernel_gap_us"].startswith("from hardware=h200")
     for key in TRUTH:
         assert _get(hw, key) == pytest.approx(_get(cal.hardware, key), rel=1e-5), key
 
@@ -153,7 +155,7 @@ def test_validate_cli_leave_one_out(recordings, tmp_path):
     res = run_cli(
         [
             "+experiment=validate",
-            UNFITTED,
+            *UNFITTED,
             "extra.holdout=workload",
             f"trace=[{pattern}]",
             f"hydra.run.dir={out}",
@@ -259,7 +261,7 @@ def test_validation_on_committed_recordings(tmp_path):
         compose_cfg(
             [
                 "+experiment=validate",
-                UNFITTED,
+                *UNFITTED,
                 f"trace=[{','.join(map(str, held))}]",
                 "extra.holdout=fit_on",
                 f"extra.fit_on=[{','.join(map(str, fit_on))}]",
@@ -341,7 +343,7 @@ def test_engine_holdout_predicts_each_engine_from_the_other(recordings, tmp_path
                 "+experiment=validate",
                 f"trace=[{paths}]",
                 "extra.holdout=engine",
-                UNFITTED,
+                *UNFITTED,
                 "extra.report=false",
                 "output.print_table=false",
             ]

@@ -1,12 +1,11 @@
-"""Write a calibrated hardware profile as a Hydra config file, every value commented with where it
-came from: fitted (on how many spans, at what residual) or kept. It goes to the run directory;
+"""Write a calibrated hardware profile as a Hydra config file, with a provenance entry per value
+saying where it came from: fitted (on how many spans, at what residual), measured, or kept. It goes to the run directory;
 installed (when asked) into the user's config directory, which conf/config.yaml's
 hydra.searchpath names, so ``hardware=<name>`` selects it from then on."""
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
 import os
 from importlib import resources
@@ -51,48 +50,77 @@ def _scalar(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
+# fields that describe the profile itself: no provenance entry
+SELF_DESCRIBED = ("name", "source", "provenance", "tier")
+
+
+def provenance(cal: Calibration, base_name: str) -> dict[str, str]:
+    """Dotted key -> where the value came from, for every value of the profile: a stage's own
+    measurement (cal.provenance), a row of the fit (fitted, or kept as not identifiable), or
+    the base profile, whose own entry for it is carried."""
+    hw, origin, base = cal.hardware, _origin(cal), cal.hardware.provenance
+    out: dict[str, str] = {}
+
+    def of(full: str, short: str, key: str) -> str:
+        if full in cal.provenance:
+            return cal.provenance[full]
+        note = origin.get(ROW_ALIASES.get(short, short), "")
+        if note.startswith("fitted"):
+            return note
+        carried = f": {base[full]}" if full in base else ""
+        if note:  # kept: not identifiable
+            return f"kept from hardware={base_name} ({note.split('(', 1)[1]}{carried}"
+        if key in ("copy_launch_us", "event_us") and not carried:
+            carried = ": a launch span shows only the sum (see host.graph_launch_us)"
+        return f"from hardware={base_name}{carried}"
+
+    def walk(obj, path: str, prefix: str) -> None:
+        for f in dataclasses.fields(obj):
+            value, full = getattr(obj, f.name), path + f.name
+            if dataclasses.is_dataclass(value):
+                walk(value, full + ".", f"{f.name}." if f.name in HOST_PHASES else "")
+            elif f.name not in SELF_DESCRIBED or path:
+                out[full] = of(full, prefix + f.name, f.name)
+
+    walk(hw, "", "")
+    return out
+
+
 def profile_yaml(cal: Calibration, base_name: str) -> str:
     """Every HardwareConfig field (so a field added to the schema later is carried over too),
-    each commented with its origin."""
-    hw, origin = cal.hardware, _origin(cal)
+    then ``provenance``: one entry per value saying where it came from."""
+    hw = cal.hardware
     traces = ", ".join(cal.traces)
     lines = [
-        f"# {hw.name}: calibrated by `python -m cbsim +experiment=calibrate` on "
-        f"{_dt.date.today().isoformat()}",
-        f"# from {len(cal.traces)} trace(s): {traces}",
-        f"# starting from (and, for terms the traces cannot determine, keeping) hardware={base_name}.",
-        "# Select it with hardware=" + hw.name + "; docs/validation.md says how it was fitted.",
+        f"# {hw.name}: written by `python -m cbsim +experiment=calibrate` from hardware={base_name}",
+        "# (a term the traces cannot determine keeps its value there); each value's origin is in",
+        "# `provenance`. Select it with hardware=" + hw.name + ".",
         *(f"# note: {n}" for n in cal.notes),
         "defaults:",
         "  - hardware_schema",
         "  - _self_",
     ]
+    source = (
+        f"fitted by python -m cbsim +experiment=calibrate from hardware={base_name} on "
+        f"{len(cal.traces)} runtime trace(s): {traces}"
+    )
 
-    def note_of(key: str, path: str) -> str:
-        note = origin.get(ROW_ALIASES.get(path, path), "")
-        if note or key in ("name", "source"):
-            return note
-        if key in ("copy_launch_us", "event_us"):
-            return (
-                f"from hardware={base_name}: a launch span shows only the sum (see graph_launch_us)"
-            )
-        return f"from hardware={base_name}"
-
-    def emit(obj, indent: str, prefix: str) -> None:
+    def emit(obj, indent: str) -> None:
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
+            if f.name == "provenance":
+                continue
             if dataclasses.is_dataclass(value):
                 lines.append(f"{indent}{f.name}:")
-                emit(value, indent + "  ", f"{f.name}." if f.name in HOST_PHASES else "")
-                continue
-            if f.name == "source":
-                value = f"calibrated from {len(cal.traces)} runtime trace(s): {traces}"
-                lines.append(f"{indent}source: {json.dumps(value)}")
-                continue
-            note = note_of(f.name, prefix + f.name)
-            lines.append(f"{indent}{f.name}: {_scalar(value)}" + (f"  # {note}" if note else ""))
+                emit(value, indent + "  ")
+            elif f.name == "source" and not indent:
+                lines.append(f"source: {json.dumps(source)}")
+            else:
+                lines.append(f"{indent}{f.name}: {_scalar(value)}")
 
-    emit(hw, "", "")
+    emit(hw, "")
+    lines.append("provenance:")
+    lines += [f"  {k}: {json.dumps(v)}" for k, v in provenance(cal, base_name).items()]
     return "\n".join(lines) + "\n"
 
 

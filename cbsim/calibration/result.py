@@ -41,6 +41,9 @@ class Calibration:
     rows: list[Row] = field(default_factory=list)
     traces: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # dotted key -> where a value came from, for values no row of the table fitted (measured
+    # by a stage of its own, such as the uneven share or the model error)
+    provenance: dict[str, str] = field(default_factory=dict)
 
     def table(self) -> str:
         lines = [f"{'spans':<22}{'n':>6}{'rms %':>8}{'max %':>8}  terms (fitted | kept=prior)"]
@@ -58,6 +61,7 @@ class Calibration:
         return {
             "traces": self.traces,
             "notes": self.notes,
+            "provenance": self.provenance,
             "rows": [r.as_dict() for r in self.rows],
             "hardware": dataclasses.asdict(self.hardware),
         }

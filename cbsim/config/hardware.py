@@ -376,8 +376,9 @@ class HardwareConfig:
     # how the numbers were had (TIERS): profiled (one command on that GPU), fitted (calibrated on
     # its recordings), datasheet (scaled from a profiled GPU), estimate (first guesses)
     tier: str = "estimate"
-    # each value's origin, by its key path (peak_flops, host.schedule.fixed_us, ...): measured,
-    # fitted or from the base profile; written by +experiment=profile_machine
+    # where each value came from, by its dotted key ("gpu.attention_tile_share"): measured
+    # (where), fitted (on what, at what residual) or kept; +experiment=calibrate and
+    # profile_machine write one entry per value, carrying the base's for the values they keep
     provenance: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
