@@ -18,6 +18,8 @@ own ``CostModel``, so plugging the profile back in reproduces what was fitted:
   phases run slower than the phase model says; the host costs above are fitted at the fast level;
 - host spread (spread.py): the step-to-step spread of the host's speed inside a level within a
   run, and between device calls of the same workload (kept when no workload has two calls);
+- the uneven share (uneven.py, with ``FitOptions.uneven``): how far a one-wave decode launch
+  moves toward its longest request, measured over the async runs with the fitted forward;
 - the loop's cold start (loop_start.py): the recorded head of each run (its time zero to its
   first GPU span) over the simulated one.
 
@@ -39,6 +41,7 @@ from cbsim.calibration.recordings import Recorded, label
 from cbsim.calibration.regimes import HostLevels, fit_host_levels
 from cbsim.calibration.result import Calibration, Row
 from cbsim.calibration.spread import fit_spread
+from cbsim.calibration.uneven import fit_uneven_share
 from cbsim.config.schema import HardwareConfig
 
 __all__ = ["Calibration", "FitOptions", "Row", "calibrate"]
@@ -54,6 +57,7 @@ def calibrate(
     hw = dataclasses.replace(
         base, host=dataclasses.replace(base.host), gpu=dataclasses.replace(base.gpu)
     )
+    hw.tier = "fitted"
     if name:
         hw.name = name
     cal = Calibration(hw, traces=[label(r.path, r.root) for r in recs])
@@ -66,6 +70,7 @@ def calibrate(
     stages = [
         ("kernels", lambda: fit_import_kernels(imports, cal)),
         ("forward", lambda: fit_forward(recs, cal, options)),
+        ("uneven share", lambda: options.uneven and fit_uneven_share(recs, cal)),
         ("copies", lambda: fit_copies(recs, cal)),
         ("host phases", lambda: fit_host_levels(recs, cal, levels)),
         (

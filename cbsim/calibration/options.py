@@ -15,6 +15,9 @@ class FitOptions:
     starts: int = 3
     # a bar over the fit's stages (the calibrate task; off inside a validation's many fits)
     progress: bool = False
+    # after the forward fit, measure gpu.decode_uneven_share over the async runs
+    # (cbsim.calibration.uneven): a measurement, so off unless asked (the calibrate task)
+    uneven: bool = False
 
     def __post_init__(self) -> None:
         if self.forward_samples < 8:

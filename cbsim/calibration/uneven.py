@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from cbsim.calibration.recordings import Recorded
+from cbsim.calibration.result import Calibration
 from cbsim.calibration.steps import StepShape
 from cbsim.config.hardware import HardwareConfig
 from cbsim.costs.model import CostModel
@@ -56,3 +57,18 @@ def measure_uneven_share(recs: Iterable[Recorded], hw: HardwareConfig) -> tuple[
     terms = [t for t in terms if t[1] > 0]
     den = sum(t[1] for t in terms)
     return (sum(t[0] for t in terms) / den if den else float("nan")), len(terms)
+
+
+def fit_uneven_share(recs: list[Recorded], cal: Calibration) -> None:
+    """gpu.decode_uneven_share measured over ``recs`` with the profile as fitted so far (its
+    forward terms), to three decimals; kept, and said so, when no run has uneven steps."""
+    share, runs = measure_uneven_share(recs, cal.hardware)
+    key = "gpu.decode_uneven_share"
+    if not runs:
+        cal.notes.append("decode_uneven_share kept: no async run has uneven one-wave decode steps")
+        return
+    cal.hardware.gpu.decode_uneven_share = min(max(round(share, 3), 0.0), 1.0)
+    cal.provenance[key] = (
+        f"measured: cbsim.calibration.uneven.measure_uneven_share over the uneven one-wave "
+        f"decode graph steps of {runs} async run(s), with the fitted forward"
+    )

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cbsim.calibration.calibrate import FitOptions, calibrate
+from cbsim.calibration.calibrate import Calibration, FitOptions, calibrate
 from cbsim.calibration.imported import assume_cli_config, has_run_config
 from cbsim.calibration.predict import import_check, predict_speedup, prediction_lines
 from cbsim.calibration.profile import write_profile
@@ -25,12 +25,14 @@ from cbsim.calibration.recordings import (
     resolve_traces,
 )
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.model_error import METRICS
 from cbsim.rundir import atomic_write_text
 from cbsim.trace import write_trace
 from cbsim.validation.anchor import DEFAULT_ANCHOR, HOST_MODELS, anchored_results
 from cbsim.validation.banding import attach_bands
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
 from cbsim.validation.judge import check_lines, judge, judged_table
+from cbsim.validation.model_error import MODEL_ERRORS, held_out_model_error
 from cbsim.validation.report import write_validation_report
 from cbsim.validation.runs import RunResult, error_table, validate_run
 from cbsim.validation.speedup import speedup_table, speedups
@@ -56,6 +58,10 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "~/.config/cbsim), where hardware=<profile> finds it",
         "workload_from_cli": "a trace without a run config (a Kineto import) ran the command "
         "line's model, workload and engine: calibrate on it and predict the async speedup",
+        "uneven": "measure gpu.decode_uneven_share over the async runs after the forward fit",
+        "model_error": "call (the held-out error of each device call predicted from a profile "
+        "fitted on the others, written as model_error) | none",
+        "jobs": "model_error=call: worker processes for its fits (0: one per CPU)",
     },
     "validate": {
         **_SHARED,
@@ -168,8 +174,12 @@ def run_calibrate(
             "a profiler import calibrated with recorded runtime traces: one profile over two "
             "engines (the import's kernel counts and host time apply to both)"
         )
-    options = dataclasses.replace(fit_options(extra), progress=bool(extra.get("progress", True)))
+    show = bool(extra.get("progress", True))
+    options = dataclasses.replace(
+        fit_options(extra), progress=show, uneven=bool(extra.get("uneven", False))
+    )
     cal = calibrate(recs, config.hardware, name, options)
+    measure_model_error(cal, recs, config, options, show)
     table = cal.table()
     cal.notes[:0] = assumed or []  # in calibration.json and the profile's header
     paths = write_profile(cal, config.hardware.name, run_dir, bool(extra.get("install", False)))
@@ -185,6 +195,25 @@ def run_calibrate(
         print("\n".join([*(assumed or []), head, table, *lines]))
         print("profile: " + ", ".join(str(p) for p in paths))
     return {**out, **cal.as_dict()}
+
+
+def measure_model_error(
+    cal: Calibration, recs: list[Recorded], config: CbsimConfig, options, show: bool
+) -> None:
+    """extra.model_error=call: the profile's model_error from its calibration set's calls."""
+    how = str(config.extra.get("model_error", "none"))
+    if how not in MODEL_ERRORS:
+        raise ConfigError(f"extra.model_error={how!r}; allowed: {', '.join(MODEL_ERRORS)}")
+    if how == "none":
+        return
+    jobs = int(config.extra.get("jobs", 0))
+    got = held_out_model_error(recs, config.hardware, cal.hardware.name, options, jobs, show)
+    if got is None:
+        cal.notes.append("model_error kept: the traces come from one device call")
+        return
+    cal.hardware.model_error, text = got
+    for metric in METRICS:
+        cal.provenance[f"model_error.{metric}"] = text
 
 
 def held_out_results(
