@@ -21,9 +21,15 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 REPO = Path(__file__).resolve().parents[1]
 RECORDINGS = REPO / "experiments" / "recordings"
-# the unfitted first estimates: the base of the synthetic recovery tests and of the band tests,
-# which set their own truth and spread on it, so a newly fitted default moves none of them
-UNFITTED = "hardware=h200_estimates"
+# the unfitted first estimates as a roofline (no kernel tables, no clock throttling, no forward
+# error of their own): the base of the synthetic recovery tests and of the band tests, which set
+# their own truth and spread on it, so a newly fitted default moves none of them
+UNFITTED = (
+    "hardware=h200_estimates",
+    "hardware.kernel_table=null",
+    "hardware.gpu.clock.min_ratio=1",
+    "hardware.gpu.spread.forward_error=0",
+)
 
 
 def assert_nests(trace) -> None:

@@ -28,7 +28,7 @@ SMALL = ["model=tiny", "workload.batch_size=4", "workload.prompt_len=32", "workl
 
 
 def config(between=0.0, within=0.0, draws=5, seed=0, extra=(), regimes=None, small=SMALL):
-    cfg = make_config([UNFITTED, *small, *extra])
+    cfg = make_config([*UNFITTED, *small, *extra])
     spread = HostSpread(between_calls=between, within_run=within, draws=draws, seed=seed)
     host = dataclasses.replace(cfg.hardware.host, spread=spread, regimes=regimes or HostRegimes())
     return dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host))
@@ -137,7 +137,7 @@ def test_the_forward_error_widens_the_async_band_and_hardly_the_speedup():
     """A GPU-bound async run does not move with the host; the model's own error moves it, in
     both engines of a draw alike (so the speedup's band barely changes)."""
     gpu_bound = ["model=llama3_8b", *SMALL[1:]]  # seconds of forwards, not the tiny model's
-    cfg = make_config([UNFITTED, *gpu_bound])
+    cfg = make_config([*UNFITTED, *gpu_bound])
     host = dataclasses.replace(cfg.hardware.host, spread=HostSpread(between_calls=0.3, draws=5))
     cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(cfg.hardware, host=host))
     host_only = predict_bands(cfg)

@@ -43,7 +43,7 @@ SHAPES_TRUTH = {**TRUTH, "hardware.gpu.gemm_row_us": 1.0}
 def _record(folder: Path, model: str, batch: int, engine: str, host_factor: float) -> Path:
     truth = {k: v * host_factor if k in HOST_KEYS else v for k, v in SHAPES_TRUTH.items()}
     overrides = (
-        [UNFITTED]
+        [*UNFITTED]
         + [f"{k}={v}" for k, v in truth.items()]
         + [
             f"model={model}",
@@ -84,7 +84,7 @@ def _validate(stack: Path, tmp_path: Path, *overrides: str, traces: str = "**") 
         compose_cfg(
             [
                 "+experiment=validate",
-                UNFITTED,
+                *UNFITTED,
                 "extra.holdout=workload",
                 f"extra.recordings={stack}",
                 f"trace=[synthetic_run/{traces}/trace_*.json.gz]",

@@ -81,7 +81,7 @@ def test_the_covering_error_holds_the_share_of_runs_jointly():
 
 
 def test_predict_bands_carries_and_applies_the_model_error():
-    cfg = make_config([UNFITTED, *SMALL])  # no model error of its own
+    cfg = make_config([*UNFITTED, *SMALL])  # no model error of its own
     plain = predict_bands(cfg)
     err = ModelError(total_time=0.05, gpu_idle=0.5, speedup=0.02)
     wide = predict_bands(
