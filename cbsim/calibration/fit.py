@@ -174,7 +174,7 @@ def curve_fit(
     for terms independent of the earlier ones; firmer, ``RIDGE_COLLINEAR``, for a term collinear
     with earlier ones), and the bounds may still determine a collinear one (a per-token term
     beside a fixed cost held at 0). Reported as fitted: independent of the others in some
-    iteration, or moved by more than 1%.
+    iteration, or moved by more than 1%; a term held between equal bounds never is.
     """
     y = np.asarray(y, float)
     w = weights(y)
@@ -205,7 +205,7 @@ def curve_fit(
     moved = np.abs(theta - start) > 0.01 * np.maximum(np.abs(start), 1e-3)
     return Fit(
         {n: float(v) for n, v in zip(names, theta)},
-        {n: bool(j in seen or moved[j]) for j, n in enumerate(names)},
+        {n: bool((j in seen or moved[j]) and lo[j] < hi[j]) for j, n in enumerate(names)},
         (m - y) * w,
     )
 
