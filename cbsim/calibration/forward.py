@@ -31,9 +31,8 @@ GPU_LAST = ("eager_kernel_gap_us", "graph_node_gap_us")
 # idle_slowdown is fitted only when at least this share of the forwards followed an idle compute
 # stream (a sync run): more than IDLE_SEEN_US of idle
 IDLE_SEEN_SHARE, IDLE_SEEN_US = 0.1, 50.0
-# an efficiency may come out above 1 while fitting (a kernel beating the measured copy rate or
-# matrix rate); the profile keeps hbm_bandwidth and peak_flops as measured, so such a term is
-# held at 1 and the others refitted (physical_kept)
+# an efficiency may come out above 1 (a kernel beating the measured copy bandwidth): the fit lets
+# it, and then raises the ceiling (hbm_bandwidth / peak_flops) so the efficiencies stay in (0, 1]
 MAX_EFF = 20.0
 # an efficiency whose roofline is this share of a forward span in fewer than that many forwards
 # cannot be told from the fit's noise (about 1.5% rms) and keeps its starting (measured) value
@@ -286,24 +285,6 @@ def unbounded_kept(ff: ForwardFit, fit: Fit, out: np.ndarray, cal: Calibration) 
     return refit
 
 
-def physical_kept(ff: ForwardFit, fit: Fit, out: np.ndarray, cal: Calibration) -> Fit:
-    """An efficiency above 1 held at 1 and the other terms refitted: a roofline's ceiling is
-    the measured rate (hbm_bandwidth, the copy rate; peak_flops), never raised past it."""
-    over = [k for k in EFFS if fit.values[k] < 1.0]  # theta is the inverse efficiency
-    if not over:
-        return fit
-    lo, hi, start = list(ff.lower), list(ff.upper), ff.values(fit)
-    for i in (ff.names.index(k) for k in over):
-        lo[i] = hi[i] = start[i] = 1.0
-    refit = ff.run(start, keep=~out, lo=lo, hi=hi)
-    refit.fitted = {k: fit.fitted[k] for k in ff.names}
-    for k in over:
-        cal.notes.append(
-            f"{k} held at 1: the fit ran to {1.0 / fit.values[k]:.3g} of the measured rate"
-        )
-    return refit
-
-
 def fit_forward(recs: list[Recorded], cal: Calibration, options: FitOptions) -> None:
     """The GPU terms from the forward spans, then the carry-over from its own spans."""
     prob = forward_problem(recs, cal, options)
@@ -311,7 +292,7 @@ def fit_forward(recs: list[Recorded], cal: Calibration, options: FitOptions) -> 
         ff = ForwardFit(prob, cal)
         prior = dict(zip(ff.names, [getattr(cal.hardware.gpu, k) for k in ff.names]))
         fit, out = without_outliers(ff, best_of_starts(ff, options.starts))
-        fit = physical_kept(ff, unbounded_kept(ff, fit, out, cal), out, cal)
+        fit = unbounded_kept(ff, fit, out, cal)
         apply_forward(cal, ff, fit, out, prior)
     carry = pd.concat(
         [
@@ -326,11 +307,18 @@ def fit_forward(recs: list[Recorded], cal: Calibration, options: FitOptions) -> 
 def apply_forward(
     cal: Calibration, ff: ForwardFit, fit: Fit, out: np.ndarray, prior: dict[str, float]
 ) -> None:
-    """The fitted GPU terms into the profile (every efficiency in (0, 1]), and their row."""
+    """The fitted GPU terms into the profile, with raised roofline ceilings, and their rows."""
     hw = cal.hardware
     hw.gpu = ff.prob.gpu_of(np.array(ff.values(fit)))
+    ceilings = _raise_ceilings(hw)
     fit.values = {k: getattr(hw.gpu, k) for k in ff.names}
-    cal.rows.append(Row(label_out("forward", out), int((~out).sum()), fit, prior))
+    n = int((~out).sum())
+    cal.rows.append(Row(label_out("forward", out), n, fit, prior))
+    if ceilings:
+        raised = Fit(ceilings, dict.fromkeys(ceilings, True), fit.residuals)
+        cal.rows.append(Row("roofline ceilings", n, raised, {k: getattr(hw, k) for k in ceilings}))
+        for k, v in ceilings.items():
+            setattr(hw, k, v)
 
 
 def _unchecked(hw: HardwareConfig, **changes: Any) -> HardwareConfig:
@@ -338,3 +326,19 @@ def _unchecked(hw: HardwareConfig, **changes: Any) -> HardwareConfig:
     for k, v in changes.items():
         object.__setattr__(new, k, v)
     return new
+
+
+def _raise_ceilings(hw: HardwareConfig) -> dict[str, float]:
+    """Efficiencies above 1: raise hbm_bandwidth / peak_flops to the fastest achieved rate and
+    scale the efficiencies down, predictions unchanged. Returns the raised ceilings."""
+    out = {}
+    for ceiling, effs in (
+        ("hbm_bandwidth", ("gemm_bandwidth_eff", "attention_bandwidth_eff")),
+        ("peak_flops", ("gemm_flops_eff", "attention_flops_eff")),
+    ):
+        top = max(getattr(hw.gpu, k) for k in effs)
+        if top > 1.0:
+            out[ceiling] = getattr(hw, ceiling) * top
+            for k in effs:
+                object.__setattr__(hw.gpu, k, getattr(hw.gpu, k) / top)
+    return out
