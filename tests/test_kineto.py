@@ -295,3 +295,13 @@ def test_the_import_leads_with_its_kernel_categories_and_top_kernel(tmp_path):
     html = (tmp_path / "r.html").read_text()
     assert html.index("GPU time by kernel category") < html.index("Where the time went")
     assert "<td>generated tokens</td><td>-</td>" in html  # an import counts no tokens
+
+
+def test_the_import_caps_are_flags_and_a_trace_past_them_is_refused_in_one_line(tmp_path, capsys):
+    src = DATA / "kineto_h200_graph.json.gz"
+    out = tmp_path / "k.json.gz"
+    assert main([str(src), str(out), "--max-events", "10"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "10" in err and not out.exists()
+    assert main([str(src), str(out), "--max-events", "5000000", "--max-mb", "1024"]) == 0
+    assert out.is_file()

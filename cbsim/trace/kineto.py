@@ -37,14 +37,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cbsim.config.cli import Parser, existing_file, writable_file
+from cbsim.config.cli import Parser, existing_file, positive_int, writable_file
 from cbsim.trace import schema as S
 from cbsim.trace.builder import TraceBuilder
 from cbsim.trace.checks import check_timed, validate
 from cbsim.trace.errors import TraceError
 from cbsim.trace.io import write_trace
 from cbsim.trace.kineto_gpu import GRAPH_LAUNCH, MAX_NAME, gpu_spans, graph_launch, stream_lanes
-from cbsim.trace.load import DEFAULT_MAX_BYTES, load_json
+from cbsim.trace.load import DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, load_json
 from cbsim.trace.model import Trace
 
 DEFAULT_STEP_MARKER = r"^(forward|graph_replay)(#\d+)?$"
@@ -59,10 +59,12 @@ def import_kineto(
     path: str | os.PathLike[str],
     step_marker: str = DEFAULT_STEP_MARKER,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    max_events: int = DEFAULT_MAX_EVENTS,
 ) -> Trace:
-    """Read a Kineto JSON trace (``.json`` or ``.json.gz``) and return it as a cbsim Trace."""
+    """Read a Kineto JSON trace (``.json`` or ``.json.gz``) and return it as a cbsim Trace; a file
+    past ``max_bytes`` (decompressed) or ``max_events`` is refused before it is parsed."""
     path = Path(path)
-    obj = load_json(path, max_bytes, what="Kineto trace")
+    obj = load_json(path, max_bytes, what="Kineto trace", max_events=max_events)
     try:
         return convert(obj, step_marker=step_marker, name=path.name)
     except TraceError as exc:
@@ -247,11 +249,29 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STEP_REGEX",
         help="the host ranges that mark a forward (default: forward, forward#N, graph_replay)",
     )
+    p.add_argument(
+        "--max-mb",
+        type=positive_int,
+        default=DEFAULT_MAX_BYTES >> 20,
+        help="refuse a trace larger than this, decompressed (default %(default)s; the whole file "
+        "is parsed in memory, about 6x its size)",
+    )
+    p.add_argument(
+        "--max-events",
+        type=positive_int,
+        default=DEFAULT_MAX_EVENTS,
+        help="refuse a trace with more events than this (default %(default)s)",
+    )
     args = p.parse(argv)
     if isinstance(args, int):
         return args
     try:
-        trace = import_kineto(args.input, *([args.step_marker] if args.step_marker else []))
+        trace = import_kineto(
+            args.input,
+            args.step_marker or DEFAULT_STEP_MARKER,
+            max_bytes=args.max_mb << 20,
+            max_events=args.max_events,
+        )
     except TraceError as exc:
         print(f"cbsim: {exc}", file=sys.stderr)
         return 1
