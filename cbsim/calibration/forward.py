@@ -48,7 +48,7 @@ SHARES = {"attention_tile_share": 1.0}
 # measured on the device, never fitted: the tile share's fall with the batch's tile bytes and,
 # once that fall is measured (> 0), the share itself (experiments/kernels/h200_probe)
 TILE_MEASURED = ("attention_tile_share_bytes", "attention_tile_share")
-# measured from recorded steps by their own analysis (experiments/runtime/diag_poisson_steps.py)
+# measured from recorded steps by their own analysis (a diagnostic over the H200's recordings)
 UNEVEN_MEASURED = ("decode_uneven_share",)
 # (shape, replayed as a graph, carry-over ran, carry-over in a span of its own, idle before)
 Sample = tuple[Any, bool, bool, bool, float]

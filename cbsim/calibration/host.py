@@ -258,7 +258,7 @@ def wait_launch_spans(recs: list[Recorded], depth: int, level: Level | None) -> 
 
 def fit_wake(cal: Calibration, wake: np.ndarray, factor: np.ndarray, run: np.ndarray) -> None:
     """``sync_wake_us``, which the simulator charges times the host-speed factor. The recorded
-    wake is a property of the run more than of the level (h200_run9: per-run medians 20-35 us,
+    wake is a property of the run more than of the level (the H200's recordings: per-run medians 20-35 us,
     45-105 us in a third of the sync runs; x1.4 between the levels where the phases take x2), so
     the point prediction takes its mean over runs (each run's median), divided by the mean
     factor the waits saw: the simulated wake is right on average over runs and levels."""

@@ -1,7 +1,7 @@
 """The loop's cold start (``hardware.host.loop_start_us``): how much later than its steady
 phases say the first step reaches the GPU.
 
-A recorded run's compute stream starts 1-7 ms after the trace's time zero (h200_run11): the
+A recorded run's compute stream starts 1-7 ms after the trace's time zero (the H200's recordings): the
 runtime records its trace anchor (a synchronize and an event) and the first step's schedule,
 prepare and input copy run cold, several times their steady cost. The simulator without the
 term starts it about 0.5 ms in. In a GPU-bound async run that head is most of the recorded

@@ -1,7 +1,7 @@
 """The host's two speed levels, read from recorded traces (``hardware.host.regimes``).
 
 The device machine's host runs at one of two speeds that switch every 0.2-2 s, invisibly to the
-guest (experiments/runtime/h200_run10_diag). In a trace the switch shows as the host phases of
+guest (an H200 recording). In a trace the switch shows as the host phases of
 whole stretches of steps taking 1.6-3x their usual time at the same batch. So: each step's host
 speed is its schedule + prepare + update time over what the phase model (fitted at the fast
 level) gives for that step's batch, so that batch and token changes are not read as speed; the
@@ -39,7 +39,7 @@ from cbsim.config.hardware import HostCosts, HostRegimes
 # levels last 0.2-2 s; a median over 8 steps is not moved by one stalled step)
 WINDOW_S, WINDOW_STEPS = 0.05, 8
 # two levels closer than this factor are one level with noise (the measured switch: x1.65 for a
-# fixed piece of Python, x1.9-2.5 for the runtime's phases; h200_run10_diag)
+# fixed piece of Python, x1.9-2.5 for the runtime's phases; the H200's recordings)
 MIN_SLOW_FACTOR = 1.3
 # and the two clusters must be apart by this many of their own spreads (Ashman's D; 2: cleanly)
 MIN_SEPARATION = 2.0

@@ -81,7 +81,7 @@ def between_calls(recs: list[Recorded], level: Level | None = None) -> tuple[flo
 
 def call_mix(recs: list[Recorded], level: Level | None) -> tuple[float | None, int]:
     """The standard deviation between device calls of log(the call's mean host-speed factor over
-    its decode steps): the share of time at the slow level differs from call to call (h200_run9:
+    its decode steps): the share of time at the slow level differs from call to call (the H200's recordings:
     the 1b call mostly slow, the 3b call mostly fast), which one stationary two-level process
     does not give a long run; None with fewer than two calls."""
     steps: dict[str, list[np.ndarray]] = defaultdict(list)

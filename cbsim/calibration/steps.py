@@ -11,7 +11,7 @@ from cbsim.trace import schema as S
 
 # The runtime's loop works between the phases it times (the recorder's writes, the loop's own
 # bookkeeping) after schedule, launch and update: 3-20 us each (median 3.3, p99 21 over
-# h200_run8 and h200_run9; 12-30 us a step), host time the simulator only charges inside phases. Longer gaps are the retirement of finished requests
+# the H200's recordings; 12-30 us a step), host time the simulator only charges inside phases. Longer gaps are the retirement of finished requests
 # (70-500 us a finishing step; 2-18 ms when a whole batch finishes) or a sleep until an
 # arrival: not per-step loop work.
 LOOP_GAP_US = 50.0

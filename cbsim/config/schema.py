@@ -67,7 +67,7 @@ class ModeConfig:
     # 0.44 ms/step less at the 8B seed shape on the H200, experiments/perf-notes.md)
     fuse_projections: bool = True
     # runtime on CUDA only: RMSNorm and RoPE as one Triton kernel each (2.1 ms/step less at the 8B
-    # seed shape; seed 32 x (256 + 8192) async 101.5 s -> 82.3 s, experiments/runtime/README.md)
+    # seed shape; seed 32 x (256 + 8192) async 101.5 s -> 82.3 s, runtime/README.md)
     fuse_norm_rope: bool = True
     # runtime on CUDA only, and the simulator's kernel count and table rows: the residual adds
     # inside the o_proj and down GEMMs, SiLU x up and the K/V cache write one Triton kernel each
@@ -182,7 +182,7 @@ class EngineConfig:
     io_slots: int = 2
     cuda_graphs: bool = True
     # "three": H2D, compute and D2H on their own streams; "one": all on one, as sync always runs
-    # (the copies wait for the forwards: the H200's decode step 20-28 us longer, h200_run20);
+    # (the copies wait for the forwards: the H200's decode step 20-28 us longer, the H200's recordings);
     # "default": the legacy default stream, serialising with every other (sim only: no overlap)
     streams: str = "three"
     # in-graph token carry-over (input_ids += scatter(carry, outputs)); async requires it
@@ -201,12 +201,12 @@ class EngineConfig:
     graph_width_classes: bool = True
     # steps with prompt tokens run over their tokens rounded up to this (both back ends), each
     # such GEMM shape warmed up: cuBLAS takes 0.3-2.7 ms of host time at a shape new to the
-    # process, 4-10 ms a mixed step (experiments/runtime/diag_new_shapes); 1: off
+    # process, 4-10 ms a mixed step (a diagnostic over the H200's recordings); 1: off
     eager_token_multiple: int = 64
     # continuation chunks of up to this many tokens attend through the paged decode kernel, a
     # row per token, not the masked path (cbsim/costs/attention_groups.py); 0: never. Off until
     # timed on the GPU (benchmarks/bench_continuation.py): the recorded mixed steps it would
-    # shorten were host-launch bound (h200_run23)
+    # shorten were host-launch bound (the H200's recordings)
     continuation_decode_max: int = 0
     # how the Triton decode kernel launches over a table of a given width (both back ends)
     decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())

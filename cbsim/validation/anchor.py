@@ -1,9 +1,9 @@
 """Anchored validation: each device call's reference workload measures that call's machine.
 
 Across calls of one GPU machine the host's speed moves by a third and the GPU's by a few
-percent (experiments/runtime/reference_spread.md, h200_run17), more than the targets allow, so
+percent (the H200's repeated reference runs), more than the targets allow, so
 one profile's point prediction is its own calls' machine. A short reference workload run in
-every call (experiments/runtime/cases.py REFERENCE, 1.5 s an engine) measures the call's
+every call (the reference case, 1.5 s an engine) measures the call's
 machine: its async run the GPU (the recorded over the simulated decode time: a factor on every
 forward, ``hardware.gpu.spread.forward_scale``), then its sync run the host (the factor on every
 host cost that puts the simulated sync total on the recorded one, with that forward). The call's

@@ -1,7 +1,8 @@
 """A calibrated profile's model error (``hardware.model_error``), measured on the calibration set
-itself: each device call predicted from a profile fitted on the other calls (holdout=call),
-banded by that profile's spread, and the error that would hold 90% of those runs (and of their
-speedups) inside their bands (split conformal, cbsim.widening)."""
+itself: each device call predicted from a profile fitted on the other calls of the same runtime
+build (holdout=call within the stack: a call of another build would measure the build's change,
+not the model's error), banded by that profile's spread, and the error that would hold 90% of
+those runs (and of their speedups) inside their bands (split conformal, cbsim.widening)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def held_out_model_error(
     if len(calls) < 2:
         return None
     fold = dataclasses.replace(options, progress=False)
-    results, _ = leave_out(recs, base, name, "call", False, fold, jobs, show)
+    results, _ = leave_out(recs, base, name, "call", True, fold, jobs, show)
     held = [r for r in results if r.held_out_by == "call"]
     pairs = speedups(held)
     attach_bands(held, pairs, show)
@@ -41,8 +42,9 @@ def held_out_model_error(
     if not need:
         return None
     how = (
-        f"measured: {len(held)} runs of {len(calls)} device calls ({', '.join(calls)}), each "
-        "call's predicted by a profile fitted on the others; the error that holds "
+        f"measured: {len(held)} runs of {len({r.call for r in held})} device calls "
+        f"({', '.join(sorted({r.call for r in held}))}), each call's predicted by a profile fitted "
+        "on the other calls of its build; the error that holds "
         f"{BAND_COVERAGE:.0%} of them inside their P5-P95 bands (split conformal)"
     )
     return ModelError(**{k: round(v, 4) for k, v in need.items()}), how

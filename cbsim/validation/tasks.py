@@ -43,7 +43,7 @@ log = logging.getLogger("cbsim")
 
 _SHARED = {
     "recordings": "the recordings directory (absolute, or relative to the working directory; "
-    "left at experiments/runtime where there is none, the compact set shipped with cbsim); "
+    "left at experiments/recordings where there is none, the compact set shipped with cbsim); "
     "relative trace paths are tried against it after the working directory",
     "forward_samples": "forward spans used per trace by the forward fit (8 or more)",
     "starts": "starts of the forward fit, the best kept (1, 2 or 3)",
