@@ -42,8 +42,8 @@ def held_out_model_error(
     if not need:
         return None
     how = (
-        f"measured: {len(held)} runs of {len({r.call for r in held})} device calls "
-        f"({', '.join(sorted({r.call for r in held}))}), each call's predicted by a profile fitted "
+        f"measured: {len(held)} runs of {len({r.rec.call for r in held})} device calls "
+        f"({', '.join(sorted({r.rec.call for r in held}))}), each call's predicted by a profile fitted "
         "on the other calls of its build; the error that holds "
         f"{BAND_COVERAGE:.0%} of them inside their P5-P95 bands (split conformal)"
     )
