@@ -97,6 +97,7 @@ def fit_profile(
     if recs:
         cal = calibrate(runtime_traces(load(recs, out / PROBES_DIR)), hw, name, options)
         hw = cal.hardware
+        hw.tier, hw.device_name = "profiled", str(rates.get("device_name", ""))
         for row in cal.rows:
             for term, fitted in row.fit.fitted.items():
                 path = _term_path(row.what, term, list(prov))

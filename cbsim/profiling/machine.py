@@ -156,7 +156,6 @@ def run_profile_machine(config: CbsimConfig, run_dir: Path, command: str) -> dic
 def _measure(config, opts, models, base, est, budget, work, command) -> dict[str, Any]:
     from cbsim.runtime.device_rates import measure_rates
     from cbsim.runtime.engine import check_device
-    from cbsim.runtime.profile_kernels import run_profile
 
     device = check_device(config, "sync")
     runs = sum(p.repeat * 2 for p in opts.probes)
@@ -164,19 +163,8 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
     budget.ahead_s += est["fit"]
     small = device.type != "cuda"
     rates = budget.run("device rates", est["rates"], lambda: measure_rates(device, small)) or {}
-    for name, model in models.items():
-        reserve = est["probe_run"] * runs + est["fit"]
-        cap = min(float(opts.kernels.get("max_seconds", 150.0)), budget.left() - reserve)
-        extra = {**opts.kernels, "out": str(work / KERNELS_DIR), "name": name, "max_seconds": cap}
-        cfg = _with_model(config, model, extra)
-        if cap < 5.0:
-            budget.skip(f"kernel table {name}", "no time left before the probes (max_minutes)")
-            continue
-        budget.run(
-            f"kernel table {name}",
-            min(est["kernels"], cap),
-            lambda c=cfg: run_profile(c, work, command),
-        )
+    reserve = est["probe_run"] * runs + est["fit"]
+    _kernel_tables(config, opts, models, est["kernels"], reserve, budget, work, command)
     probes = run_probes(
         config, models[next(iter(models))], opts.probes, work, budget, est["probe_run"], est["fit"]
     )
@@ -219,6 +207,22 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
         "hardware_yaml": str(path.relative_to(work)),
         "steps": budget.steps,
     }
+
+
+def _kernel_tables(config, opts, models, each_s, reserve_s, budget, work, command) -> None:
+    """A kernel table per model, each capped so the probes and the fit still fit the budget."""
+    from cbsim.runtime.profile_kernels import run_profile
+
+    for name, model in models.items():
+        cap = min(float(opts.kernels.get("max_seconds", 150.0)), budget.left() - reserve_s)
+        extra = {**opts.kernels, "out": str(work / KERNELS_DIR), "name": name, "max_seconds": cap}
+        cfg = _with_model(config, model, extra)
+        if cap < 5.0:
+            budget.skip(f"kernel table {name}", "no time left before the probes (max_minutes)")
+            continue
+        budget.run(
+            f"kernel table {name}", min(each_s, cap), lambda c=cfg: run_profile(c, work, command)
+        )
 
 
 def _with_model(config: CbsimConfig, model: dict[str, Any], extra: dict[str, Any]) -> CbsimConfig:
