@@ -345,7 +345,7 @@ def test_a_recordings_report_names_its_gpu_its_profile_and_the_floors_rate(tmp_p
     assert "132 SMs · 79.2 GiB · compute 9.0 · copy 3.03 TB/s measured" in html
     assert "Intel(R) Xeon(R) Platinum 8480+ · 16 cores · 128 GiB RAM" in html
     assert "3.03 TB/s (measured copy rate)" in html  # what "of the HBM floor" divides by
-    assert "fitted by +experiment=calibrate on experiments/recordings/h200/fit_a" in html
+    assert "calibrated from 60 runtime traces of h200/fit_a, h200/fit_b, h200/fit_padded" in html
 
 
 def test_a_profiles_source_reads_in_a_line_not_as_its_trace_files():

@@ -10,8 +10,8 @@ from typing import Any
 from cbsim.trace.hardware import COPY_OF_HOST, hardware_of, measured_copy_rate, recorded_device
 from cbsim.trace.model import Trace
 
-# "calibrated from 60 runtime trace(s): run21/a/trace_sync.json.gz, ...": the list is named by
-# its sessions (the first folder of each path) in the report
+# "... 60 runtime trace(s): h200/fit_a/8b_1x128+768/trace_sync.json.gz, ...": the list is named
+# by its recorded sets (<gpu>/<set>, the folders above each case) in the report
 TRACE_LIST = re.compile(r"^(?P<head>.*?\b(?P<n>\d+) runtime trace\(s\)):\s*(?P<paths>.+)$", re.S)
 SESSIONS_SHOWN = 3
 SOURCE_CHARS = 300
@@ -30,7 +30,7 @@ def profile_source(source: str) -> str:
     found = TRACE_LIST.match(source.strip())
     if found:
         paths = [p.strip() for p in found["paths"].split(",") if p.strip()]
-        sessions = list(dict.fromkeys(p.split("/", 1)[0] for p in paths))
+        sessions = list(dict.fromkeys("/".join(p.split("/")[:-2]) or p for p in paths))
         shown = ", ".join(sessions[:SESSIONS_SHOWN])
         more = (
             f" and {len(sessions) - SESSIONS_SHOWN} more" if len(sessions) > SESSIONS_SHOWN else ""
