@@ -1,6 +1,8 @@
 """The device's own rates, measured in seconds: what a hardware profile's physical quantities are
 (hbm_bandwidth, peak_flops, h2d_bandwidth, d2h_bandwidth, memory_bytes), so a profile never
 carries a bandwidth above what the device copies or a FLOP rate above what its GEMM reaches.
+The copy rate is runtime/machine.py's, measured anew: the rate every run's HBM-floor share
+divides by, so a profile and a report mean the same bandwidth.
 
 On CUDA each rate is timed with CUDA events around back-to-back repetitions, the best of a few
 rounds (the rate the device can reach, as a datasheet states it). On a CPU the same operations
@@ -17,7 +19,6 @@ import torch
 
 from .machine import read_machine
 
-COPY_BYTES = 1 << 30  # device-to-device: far beyond any L2
 PINNED_BYTES = 256 << 20  # host <-> device over the bus
 GEMM_N = 8192  # a square bf16 matmul: the compute-bound rate
 ROUNDS = 5
@@ -46,15 +47,6 @@ def _best_seconds(device: torch.device, body: Callable[[], object], reps: int) -
     return best
 
 
-def copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES) -> float:
-    """Device-to-device copy, bytes/s with read and write counted (the BRIEF's convention)."""
-    n = nbytes // 2
-    src = torch.empty(n, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    seconds = _best_seconds(device, lambda: dst.copy_(src), REPS)
-    return 2 * n / seconds
-
-
 def gemm_flops(device: torch.device, n: int = GEMM_N) -> float:
     """A bf16 n x n x n matmul on random data (float32 on a CPU), FLOP/s."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -76,10 +68,10 @@ def pinned_bandwidths(device: torch.device, nbytes: int = PINNED_BYTES) -> tuple
 
 def measure_rates(device: torch.device, small: bool = False) -> dict[str, Any]:
     """The device's rates and facts; ``small``: short sizes for a smoke test (a CPU run)."""
-    info = read_machine(device)
+    info = read_machine(device, refresh=True)
     out: dict[str, Any] = {
         "device_name": info.get("name", "cpu"),
-        "hbm_bandwidth": copy_bandwidth(device, (16 << 20) if small else COPY_BYTES),
+        "hbm_bandwidth": info.get("copy_bytes_per_s"),
         "peak_flops": gemm_flops(device, 256 if small else GEMM_N),
         "info": info,
     }
