@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Predict the held-out set (conf/experiment/heldout_h100.yaml's cases) with the simulator before
+# Predict the held-out set (conf/experiment/heldout.yaml's cases) with the simulator before
 # it is recorded: one line per case with the profile's totals, idle and async speedup (P5-P95
 # band). Usage, from the checkout root:
-#   bash experiments/heldout/h100/predict.sh OUT.txt hardware=h100
-#   bash experiments/heldout/h100/predict.sh OUT.txt hardware=h200 hardware.kernel_table=DIR
+#   bash experiments/heldout/predict.sh OUT.txt hardware=h100
+#   bash experiments/heldout/predict.sh OUT.txt hardware=h200 hardware.kernel_table=DIR
 set -uo pipefail
 out=${1:?OUT}; shift
 cases() {  # "name override override ..." per case of the preset
   python - <<'PY'
 import yaml
-for name, overrides in yaml.safe_load(open("conf/experiment/heldout_h100.yaml"))["extra"]["cases"].items():
+for name, overrides in yaml.safe_load(open("conf/experiment/heldout.yaml"))["extra"]["cases"].items():
     print(name, *overrides)
 PY
 }
