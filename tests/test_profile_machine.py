@@ -106,6 +106,35 @@ def test_refit_rewrites_the_same_yaml_from_the_probes(profile, tmp_path):
     assert before.read_text() == text
 
 
+def numbers(node, path=""):
+    """Every leaf of a YAML tree by its dotted key."""
+    if isinstance(node, dict):
+        return {k: v for key, val in node.items() for k, v in numbers(val, f"{path}{key}.").items()}
+    return {path.rstrip("."): node}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["h200_profiled"])
+def test_a_shipped_profile_is_what_refit_makes_of_its_own_probes(name, tmp_path):
+    """What ships is reproducible: the committed probes, re-fitted by the package's command, give
+    the committed values (to the last digits that a different CPU's floating point can move)."""
+    shipped = REPO / "cbsim" / "profiles" / name
+    copy = tmp_path / name
+    shutil.copytree(shipped, copy)
+    (yaml_path,) = (copy / "hardware").glob("*.yaml")
+    yaml_path.unlink()
+    got = cbsim(["+experiment=profile_machine", f"extra.refit={copy}"], tmp_path, timeout=400)
+    assert got.returncode == 0, got.stderr[-2000:]
+    want = numbers(yaml.safe_load((shipped / "hardware" / yaml_path.name).read_text()))
+    have = numbers(yaml.safe_load(yaml_path.read_text()))
+    assert have.keys() == want.keys()
+    for key, value in want.items():
+        if isinstance(value, float):
+            assert have[key] == pytest.approx(value, rel=1e-6, abs=1e-12), key
+        else:
+            assert have[key] == value, key
+
+
 @pytest.mark.slow
 def test_an_interrupted_run_leaves_no_profile_directory(tmp_path):
     out = tmp_path / "prof"
