@@ -19,6 +19,7 @@ from conftest import REPO, make_config
 
 from cbsim.calibration.run_config import hardware_from
 from cbsim.config import ConfigError
+from cbsim.config.hardware import HardwareConfig
 from cbsim.costs.kernel_table import load_table
 from cbsim.metrics import compute_metrics
 from cbsim.profiling.datasheet import load_datasheets, run_datasheet_task, tier_error_of
@@ -52,6 +53,16 @@ def profiles(tmp_path: Path, *extra: str) -> dict:
     return cfg, run_datasheet_task(cfg, tmp_path, "test")
 
 
+def written(path: str) -> HardwareConfig:
+    """A written profile as hardware=<its directory> reads it: its tables under the directory."""
+    root = Path(path).parents[1]
+    assert Path(path).parent.name == "hardware" and (root / "manifest.yaml").is_file()
+    raw = yaml.safe_load(Path(path).read_text())
+    if raw.get("kernel_table"):
+        raw["kernel_table"] = str(root / raw["kernel_table"])
+    return hardware_from(raw)
+
+
 def test_every_datasheet_has_its_numbers_and_a_source():
     sheets = load_datasheets()
     assert {"a100_80gb_sxm", "l40s", "b200", "h100", "h200"} <= set(sheets)
@@ -66,8 +77,7 @@ def test_unprofiled_gpus_get_their_datasheet_at_the_profiled_share(tmp_path):
     sheets = load_datasheets()
     share = 3.03e12 / 3.35e12
     for path in out["profiles"]:
-        raw = yaml.safe_load(Path(path).read_text())
-        hw = hardware_from(raw)  # a profile the schema reads
+        hw = written(path)  # a profile the schema reads
         key = hw.name.removesuffix("_datasheet")
         assert hw.tier == "datasheet" and "not profiled" in hw.source
         assert "NOT PROFILED" in Path(path).read_text().splitlines()[0]
@@ -84,16 +94,17 @@ def test_unprofiled_gpus_get_their_datasheet_at_the_profiled_share(tmp_path):
 def test_kernel_tables_scale_by_the_copy_rate_ratio_but_copies_stay(tmp_path):
     _, out = profiles(tmp_path, "extra.gpus=[a100_80gb_sxm]")
     (path,) = out["profiles"]
-    hw = hardware_from(yaml.safe_load(Path(path).read_text()))
-    load_table(hw.kernel_table)  # a table the simulator reads
+    hw = written(path)
+    tables = Path(hw.kernel_table)
+    load_table(tables)  # a table the simulator reads
     a = pd.read_csv(tmp_path / "h100_tables" / "llama3_1b.csv", comment="#")
-    b = pd.read_csv(Path(hw.kernel_table) / "llama3_1b.csv", comment="#")
+    b = pd.read_csv(tables / "llama3_1b.csv", comment="#")
     ratio = 3.35e12 / 2.039e12
     gemm, copies = a.op == "gemm", a.op.isin(["h2d", "d2h"])
     assert gemm.sum() > 10 and copies.sum() > 2
     assert (b.us[gemm] / a.us[gemm]).to_numpy() == pytest.approx(ratio, rel=1e-3)
     assert (b.us[copies] == a.us[copies]).all()
-    assert "not profiled" in Path(hw.kernel_table, "llama3_1b.csv").read_text()
+    assert "not profiled" in (tables / "llama3_1b.csv").read_text()
 
 
 def test_a_slower_memory_predicts_a_slower_decode(tmp_path):
@@ -101,7 +112,7 @@ def test_a_slower_memory_predicts_a_slower_decode(tmp_path):
     small = make_config(["model=llama3_1b", "workload.batch_size=8", "workload.gen_len=16"])
     times = {}
     for path in out["profiles"]:
-        hw = hardware_from(yaml.safe_load(Path(path).read_text()))
+        hw = written(path)
         hw = dataclasses.replace(hw, kernel_table=None)  # the roofline: the datasheet rates
         times[hw.name] = compute_metrics(run(dataclasses.replace(small, hardware=hw), "sync"))
     a, b = times["a100_80gb_sxm_datasheet"], times["b200_datasheet"]
@@ -111,7 +122,7 @@ def test_a_slower_memory_predicts_a_slower_decode(tmp_path):
 def test_a_rate_above_the_datasheet_is_held_to_it(tmp_path):
     _, out = profiles(tmp_path, "hardware.hbm_bandwidth=4.0e12", "extra.gpus=[l40s]")
     assert any("above the datasheet" in n for n in out["notes"])
-    hw = hardware_from(yaml.safe_load(Path(out["profiles"][0]).read_text()))
+    hw = written(out["profiles"][0])
     assert hw.hbm_bandwidth == pytest.approx(8.64e11)  # share 1, never above
 
 
@@ -125,7 +136,7 @@ def test_a_profile_without_kernel_tables_gives_profiles_on_the_roofline(tmp_path
         ]
     )
     out = run_datasheet_task(cfg, tmp_path, "test")
-    hw = hardware_from(yaml.safe_load(Path(out["profiles"][0]).read_text()))
+    hw = written(out["profiles"][0])
     assert hw.kernel_table is None and hw.tier == "datasheet"
 
 

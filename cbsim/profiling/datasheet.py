@@ -16,6 +16,8 @@ import csv
 import dataclasses
 import io
 import math
+import os
+import shutil
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -26,6 +28,7 @@ import yaml
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.hardware import HardwareConfig, kernel_table_files
 from cbsim.config.model_error import ModelError
+from cbsim.profiling.profile_dir import HARDWARE_DIR, KERNELS_DIR, MANIFEST, PARTIAL
 from cbsim.rundir import atomic_write_text
 
 DATASHEETS = Path(str(files("cbsim") / "profiling" / "datasheets.yaml"))
@@ -40,7 +43,14 @@ EXTRA_KEYS = {
     "(std of log, as hardware.model_error), added in quadrature",
     "out": "the folder the profiles go to (default: the run directory)",
 }
-DATASHEET_KEYS = ("name", "memory_bandwidth", "bf16_dense_flops", "memory_bytes", "source")
+DATASHEET_KEYS = (
+    "name",
+    "memory_bandwidth",
+    "bf16_dense_flops",
+    "memory_bytes",
+    "device_name",
+    "source",
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,7 @@ class Datasheet:
     memory_bandwidth: float  # bytes/s
     bf16_dense_flops: float  # FLOP/s, without sparsity
     memory_bytes: float
+    device_name: str  # as torch names the card: hardware=auto matches it
     source: str
 
 
@@ -68,7 +79,13 @@ def load_datasheets(path: str | Path | None = None) -> dict[str, Datasheet]:
         numbers = {k: float(row[k]) for k in DATASHEET_KEYS[1:4]}
         if not all(v > 0 and math.isfinite(v) for v in numbers.values()):
             raise ConfigError(f"{p}: {key}: bandwidth, FLOP/s and memory must be > 0")
-        out[str(key)] = Datasheet(str(key), str(row["name"]), **numbers, source=str(row["source"]))
+        out[str(key)] = Datasheet(
+            str(key),
+            str(row["name"]),
+            **numbers,
+            device_name=str(row["device_name"]),
+            source=str(row["source"]),
+        )
     return out
 
 
@@ -151,9 +168,26 @@ def datasheet_profile(
         model_error=widened(hw.model_error, tier_error),
         kernel_table=kernel_table,
         source=source,
+        device_name=target.device_name,
         tier="datasheet",
+        provenance={**hw.provenance, **datasheet_provenance(hw, own, target)},
     )
     return out, notes
+
+
+def datasheet_provenance(hw: HardwareConfig, own: Datasheet, target: Datasheet) -> dict[str, str]:
+    """Where the values the datasheet tier changes come from."""
+    sheet = f"datasheet: {target.name} ({target.source})"
+    scaled = f"at the share of the {own.name} datasheet that {hw.name} measured"
+    return {
+        "hbm_bandwidth": f"{sheet}, {scaled}",
+        "peak_flops": f"{sheet}, {scaled}",
+        "memory_bytes": sheet,
+        "kernel_table": f"{hw.name}'s tables scaled by the datasheet copy-rate ratio",
+        "model_error.total_time": "the base's, widened by the tier error (extra.tier_error)",
+        "model_error.gpu_idle": "the base's, widened by the tier error (extra.tier_error)",
+        "model_error.speedup": "the base's, widened by the tier error (extra.tier_error)",
+    }
 
 
 def profile_text(hw: HardwareConfig, command: str) -> str:
@@ -163,6 +197,8 @@ def profile_text(hw: HardwareConfig, command: str) -> str:
         "# (cbsim/profiling/datasheet.py); its bands are widened by the tier's error.",
     ]
     body = {"defaults": ["hardware_schema", "_self_"], **dataclasses.asdict(hw)}
+    if body["kernel_table"]:
+        body["kernel_table"] = KERNELS_DIR  # relative to the profile directory
     return "\n".join(head) + "\n" + yaml.safe_dump(body, sort_keys=False, width=100)
 
 
@@ -174,10 +210,10 @@ def tier_error_of(value: Any) -> dict[str, float]:
     return {k: float(v) for k, v in value.items()}
 
 
-def write_tables(hw: HardwareConfig, target: Datasheet, own: Datasheet, folder: Path) -> str | None:
-    """The profiled kernel tables scaled to ``target`` in ``folder``; its path, or None."""
+def write_tables(hw: HardwareConfig, target: Datasheet, own: Datasheet, folder: Path) -> bool:
+    """The profiled kernel tables scaled to ``target`` in ``folder``; whether there were any."""
     if hw.kernel_table is None:
-        return None
+        return False
     factor = own.memory_bandwidth / target.memory_bandwidth
     note = (
         f"not profiled: {hw.name}'s table x{factor:.4f}, the {own.name} / {target.name} "
@@ -186,7 +222,40 @@ def write_tables(hw: HardwareConfig, target: Datasheet, own: Datasheet, folder: 
     folder.mkdir(parents=True, exist_ok=True)
     for src in kernel_table_files(hw.kernel_table):
         atomic_write_text(folder / src.name, scaled_table(src.read_text(), factor, note))
-    return str(folder)
+    return True
+
+
+def write_profile_dir(
+    hw: HardwareConfig,
+    own: Datasheet,
+    target: Datasheet,
+    tier: dict[str, float],
+    out: Path,
+    command: str,
+) -> tuple[Path, HardwareConfig, list[str]]:
+    """``out/<gpu>_datasheet/`` as a profile directory (hardware/, kernels/, manifest.yaml), so
+    hardware=<name> and hardware=auto find it; built aside and renamed when complete."""
+    name = f"{target.key}_datasheet"
+    final, partial = out / name, out / f"{name}{PARTIAL}"
+    shutil.rmtree(partial, ignore_errors=True)
+    tables = write_tables(hw, target, own, partial / KERNELS_DIR)
+    table = str(partial / KERNELS_DIR) if tables else None
+    profile, notes = datasheet_profile(hw, own, target, tier, table)
+    (partial / HARDWARE_DIR).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(partial / HARDWARE_DIR / f"{name}.yaml", profile_text(profile, command))
+    manifest = {
+        "profile": name,
+        "tier": "datasheet",
+        "gpu": {"name": target.name, "device_name": target.device_name, "basis": "datasheet"},
+        "datasheet": target.source,
+        "base": {"profile": hw.name, "device_name": hw.device_name, "source": hw.source},
+        "command": command,
+        "notes": notes,
+    }
+    atomic_write_text(partial / MANIFEST, yaml.safe_dump(manifest, sort_keys=False, width=100))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(partial, final)
+    return final / HARDWARE_DIR / f"{name}.yaml", profile, notes
 
 
 def run_datasheet_task(config: CbsimConfig, run_dir: Path, command: str) -> dict[str, Any]:
@@ -216,11 +285,7 @@ def run_datasheet_task(config: CbsimConfig, run_dir: Path, command: str) -> dict
     out.mkdir(parents=True, exist_ok=True)
     written, notes = [], []
     for g in gpus:
-        target = sheets[g]
-        table = write_tables(hw, target, own, out / f"{g}_datasheet_kernels")
-        profile, notes = datasheet_profile(hw, own, target, tier, table)
-        path = out / f"{profile.name}.yaml"
-        atomic_write_text(path, profile_text(profile, command))
+        path, profile, notes = write_profile_dir(hw, own, sheets[g], tier, out, command)
         written.append(str(path))
         print(
             f"{profile.name}: {profile.hbm_bandwidth / 1e12:.2f} TB/s, "
