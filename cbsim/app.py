@@ -194,7 +194,7 @@ def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> di
     if config.task == "profile_machine":
         from cbsim.profiling.machine import run_profile_machine
 
-        return run_profile_machine(config, run_dir, " ".join(["python -m cbsim", *sys.argv[1:]]))
+        return run_profile_machine(config, run_dir, user_command())
     if config.task == "capacity":
         from cbsim.capacity import run_capacity_task
 
@@ -206,10 +206,19 @@ def run_task(config: CbsimConfig, resolved: dict[str, Any], run_dir: Path) -> di
     if config.task == "datasheets":
         from cbsim.profiling.datasheet import run_datasheet_task
 
-        return run_datasheet_task(config, run_dir, " ".join(["python -m cbsim", *sys.argv[1:]]))
+        return run_datasheet_task(config, run_dir, user_command())
     from cbsim.validation.tasks import run_validation_task
 
     return run_validation_task(config, resolved, run_dir)
+
+
+# the command line as the user typed it, before hardware=<profile> is rewritten for Hydra
+USER_ARGS: list[str] = []
+
+
+def user_command() -> str:
+    """The command that made a file, for its header or manifest, as the user wrote it."""
+    return " ".join(["python -m cbsim", *(USER_ARGS or sys.argv[1:])])
 
 
 def profile_kernels(config: CbsimConfig, run_dir: Path) -> dict[str, Any]:
@@ -220,7 +229,7 @@ def profile_kernels(config: CbsimConfig, run_dir: Path) -> dict[str, Any]:
         from cbsim.runtime.profile_kernels import run_profile
     except ImportError as exc:
         raise ConfigError(f"task=profile_kernels needs the runtime extra (torch): {exc}") from None
-    return run_profile(config, run_dir, " ".join(["python -m cbsim", *sys.argv[1:]]))
+    return run_profile(config, run_dir, user_command())
 
 
 def _outputs(run_dir: Path) -> set[str]:
@@ -303,6 +312,7 @@ def main() -> int | None:
     try:
         from cbsim.profiling.select import rewrite
 
+        USER_ARGS[:] = sys.argv[1:]
         sys.argv[1:] = rewrite(sys.argv[1:])  # hardware=<profile directory | auto>
         hydra_job()
     except (ConfigError, RunDirError) as exc:

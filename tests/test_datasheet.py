@@ -156,3 +156,36 @@ def test_wrong_settings_name_the_key(tmp_path):
         match="hardware.tier=guess is not an option; allowed: profiled, fitted, datasheet",
     ):
         make_config(["hardware.tier=guess"])
+
+
+SHIPPED = REPO / "cbsim" / "profiles"
+
+
+@pytest.mark.parametrize("gpu", ["a100_80gb_sxm", "l40s", "b200"])
+def test_a_shipped_datasheet_profile_is_what_the_command_writes_from_the_profiled_h200(
+    gpu, tmp_path
+):
+    """What ships is reproducible: the command on the shipped H200 profile writes the shipped
+    datasheet profile, file for file, and hardware=auto on that card finds it."""
+    from cbsim.profiling.select import auto_profile, rewrite
+
+    cfg = make_config(
+        rewrite(["+experiment=datasheet_profiles", "hardware=h200_profiled"])
+        + [f"extra.gpus=[{gpu}]", f"extra.out={tmp_path}"]
+    )
+    run_datasheet_task(cfg, tmp_path, "cmd")
+    name = f"{gpu}_datasheet"
+    made, shipped = tmp_path / name, SHIPPED / name
+    files = sorted(p.relative_to(shipped) for p in shipped.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(made) for p in made.rglob("*") if p.is_file())
+    command = yaml.safe_load((shipped / "manifest.yaml").read_text())["command"]
+    for rel in files:
+        if rel.name == "manifest.yaml":
+            got, want = (yaml.safe_load((d / rel).read_text()) for d in (made, shipped))
+            assert {**got, "command": command} == want
+            continue
+        want = (shipped / rel).read_text().replace(command, "cmd")
+        assert (made / rel).read_text() == want, rel
+    sheet = load_datasheets()[gpu]
+    found = auto_profile(sheet.device_name)
+    assert found.name == name and found.tier == "datasheet"
