@@ -21,111 +21,124 @@ So the timeline of an engine not written here (transformers' own continuous batc
   outermost ones only (the host lane is one thread, so its spans never nest). Synchronize calls
   (``cuda*Synchronize``) are named ``wait``; ranges named like a host phase keep that name.
 
-Times are shifted so the trace starts at 0. A file that cannot be imported raises ``TraceError``
-with the reason. Command line: ``python -m cbsim.trace.kineto IN.json[.gz] OUT.json[.gz]``; the
-report of the result: ``python -m cbsim.report OUT.json[.gz]``. The GPU side (lanes, steps, the
-per-kernel table) is cbsim/trace/kineto_gpu.py.
+Times are shifted so the trace starts at 0. The file is read as a stream, each event reduced to
+the few fields these passes use as it is read (cbsim/trace/kineto_events.py), so memory grows
+with the events, about 40 bytes each, not with the JSON. A file that cannot be imported raises
+``TraceError`` with the reason, at the first element that shows it. Command line:
+``python -m cbsim.trace.kineto IN.json[.gz] OUT.json[.gz]``; the report of the result:
+``python -m cbsim.report OUT.json[.gz]``. The GPU side (lanes, steps, the per-kernel table) is
+cbsim/trace/kineto_gpu.py.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from cbsim.config.cli import Parser, existing_file, positive_int, writable_file
 from cbsim.trace import schema as S
 from cbsim.trace.builder import TraceBuilder
-from cbsim.trace.checks import check_timed, validate
+from cbsim.trace.checks import validate
 from cbsim.trace.errors import TraceError
 from cbsim.trace.io import write_trace
-from cbsim.trace.kineto_gpu import GRAPH_LAUNCH, MAX_NAME, gpu_spans, graph_launch, stream_lanes
-from cbsim.trace.load import DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, load_json
+from cbsim.trace.kineto_events import (
+    ABSENT,
+    HOST_CATS,
+    KERNEL,
+    RUNTIME,
+    KinetoEvents,
+    Table,
+    most_common,
+    name_table,
+)
+from cbsim.trace.kineto_gpu import GRAPH_LAUNCH, MAX_NAME, gpu_spans, launches, stream_lanes
+from cbsim.trace.load import read_pieces, stream_object
 from cbsim.trace.model import Trace
 
 DEFAULT_STEP_MARKER = r"^(forward|graph_replay)(#\d+)?$"
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
-HOST_CATS = ("user_annotation", "cpu_op", "cuda_runtime", "cuda_driver")
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-KINETO_CATS = set(HOST_CATS) | set(GPU_CATS) | {"gpu_user_annotation", "python_function"}
 SYNC_CALLS = re.compile(r"^cuda(Stream|Event|Device)Synchronize$")
+NOT_KINETO = 'not a Kineto trace: expected an object with a "traceEvents" list'
+# The input is read as a stream, keeping about 40 bytes of each profiler span
+# (cbsim/trace/kineto_events.py): the events cap the memory, the decompressed size the time
+# (benchmarks/bench_kineto_import.py: 10^7 events, about 3 GB of JSON, in under 2 GB).
+KINETO_MAX_EVENTS = 10_000_000
+KINETO_MAX_BYTES = 4 << 30
 
 
 def import_kineto(
     path: str | os.PathLike[str],
     step_marker: str = DEFAULT_STEP_MARKER,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_events: int = DEFAULT_MAX_EVENTS,
+    max_bytes: int = KINETO_MAX_BYTES,
+    max_events: int = KINETO_MAX_EVENTS,
 ) -> Trace:
-    """Read a Kineto JSON trace (``.json`` or ``.json.gz``) and return it as a cbsim Trace; a file
-    past ``max_bytes`` (decompressed) or ``max_events`` is refused before it is parsed."""
+    """Read a Kineto JSON trace (``.json`` or ``.json.gz``) as a stream and return it as a cbsim
+    Trace; reading stops with a TraceError past ``max_bytes`` (decompressed) or ``max_events``
+    elements of traceEvents, or at the first element that cannot be one."""
     path = Path(path)
-    obj = load_json(path, max_bytes, what="Kineto trace", max_events=max_events)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such Kineto trace file")
+    events = KinetoEvents()
+    pieces = read_pieces(path, max_bytes)
     try:
-        return convert(obj, step_marker=step_marker, name=path.name)
+        top, count = stream_object(pieces, "traceEvents", events.add, _not_cbsim, max_events)
+        if count is None:
+            raise TraceError(NOT_KINETO)
+        return _build(events, top, step_marker, path.name)
     except TraceError as exc:
-        raise TraceError(f"{path}: {exc}") from None
+        msg = str(exc)
+        raise TraceError(msg if msg.startswith(f"{path}: ") else f"{path}: {msg}") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except MemoryError:
+        raise TraceError(f"{path}: not enough memory to import it (max_events)") from None
+    finally:
+        pieces.close()  # a file refused part way is closed now, not when collected
 
 
-def _check(obj: Any) -> list[dict[str, Any]]:
+def convert(obj: Any, step_marker: str = DEFAULT_STEP_MARKER, name: str = "") -> Trace:
+    """The conversion of a Kineto trace parsed whole (see the module docstring); the same
+    result as ``import_kineto`` of its file."""
     if not isinstance(obj, dict) or not isinstance(obj.get("traceEvents"), list):
-        raise TraceError('not a Kineto trace: expected an object with a "traceEvents" list')
-    other = obj.get("otherData")
-    if isinstance(other, dict) and other.get("schema") == S.SCHEMA_NAME:
-        raise TraceError("this is already a cbsim trace: read it with cbsim.trace.read_trace")
-    spans = []
+        raise TraceError(NOT_KINETO)
+    _not_cbsim("otherData", obj.get("otherData"))
+    events = KinetoEvents()
     for i, e in enumerate(obj["traceEvents"]):
-        if not isinstance(e, dict):
-            raise TraceError(f"event {i} is not an object")
-        if e.get("ph") != "X" or e.get("cat") not in KINETO_CATS:
-            continue
-        check_timed(e, i, "event")
-        if not isinstance(e.get("name"), str):
-            raise TraceError(f"event {i} has no name")
-        spans.append(e)
-    if not spans:
+        events.add(i, e)
+    return _build(events, obj, step_marker, name)
+
+
+def _not_cbsim(key: str, value: Any) -> None:
+    if key == "otherData" and isinstance(value, dict) and value.get("schema") == S.SCHEMA_NAME:
+        raise TraceError("this is already a cbsim trace: read it with cbsim.trace.read_trace")
+
+
+def _build(events: KinetoEvents, top: dict[str, Any], step_marker: str, name: str) -> Trace:
+    if not events.spans:
         raise TraceError(
             "no profiler events (cpu_op, user_annotation, kernel, gpu_memcpy ...): not a "
             "torch.profiler / Kineto trace, or an empty one"
         )
-    return spans
-
-
-def convert(obj: Any, step_marker: str = DEFAULT_STEP_MARKER, name: str = "") -> Trace:
-    """The conversion itself, on a parsed Kineto object (see the module docstring)."""
-    events = _check(obj)
-    t0 = min(e["ts"] for e in events)
-    host_thread = _host_thread(events)
-    host = sorted(
-        (e for e in events if e["cat"] in HOST_CATS and (e["pid"], e["tid"]) == host_thread),
-        key=lambda e: (e["ts"], -e["dur"]),
-    )
-    gpu = sorted((e for e in events if e["cat"] in GPU_CATS), key=lambda e: e["ts"])
+    pattern = _compile(step_marker)
+    graph_id = events.name_id(GRAPH_LAUNCH)
+    names = events.name_list()
+    host, gpu = events.release()
+    host.keep(_host_rows(host))
+    gpu.keep(np.argsort(gpu.ts, kind="stable"))
     # a graph launch is one runtime call behind many kernels (CUPTI may not name it: CUDA 13
     # on the H200 gave transformers' graph launches the name "INVALID")
-    per_call = Counter(e["args"].get("correlation") for e in gpu if e["cat"] == "kernel")
-    graph_calls = {c for c, n in per_call.items() if n > 1 and c is not None}
-    for e in host:
-        if e["name"] == GRAPH_LAUNCH and "correlation" in e.get("args", {}):
-            graph_calls.add(e["args"]["correlation"])
-    host = [
-        {**e, "name": GRAPH_LAUNCH}
-        if e["name"] != GRAPH_LAUNCH and graph_launch(e, graph_calls)
-        else e
-        for e in host
-    ]
-    markers, found = _step_markers(host, step_marker, graph_calls)
-    lanes = stream_lanes(gpu)
-    launch_of = {
-        e["args"]["correlation"]: e
-        for e in host
-        if e["cat"] in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
-    }
-
+    graph_calls = _graph_calls(host, gpu, graph_id)
+    runtime = np.isin(host.cat, RUNTIME)
+    host.name[runtime & np.isin(host.corr, graph_calls)] = graph_id
+    graph = runtime & (host.name == graph_id)
+    markers, found = _step_markers(host, graph, names, pattern)
+    lanes = stream_lanes(gpu, names)
+    props = top.get("deviceProperties")
     b = TraceBuilder(
         "kineto",
         {
@@ -134,96 +147,114 @@ def convert(obj: Any, step_marker: str = DEFAULT_STEP_MARKER, name: str = "") ->
                 "file": name,
                 "step_marker": step_marker,
                 "steps_from": found,
-                "streams": {str(s): lane for s, lane in sorted(lanes.items())},
-                "devices": [
-                    d.get("name") for d in obj.get("deviceProperties", []) if isinstance(d, dict)
-                ],
-                "cuda_runtime_version": obj.get("cuda_runtime_version"),
-                "base_time_ns": obj.get("baseTimeNanoseconds"),
+                "streams": {str(s): lane for s, lane in sorted(lanes.items(), key=_stream_order)},
+                "devices": [d.get("name") for d in props if isinstance(d, dict)]
+                if isinstance(props, list)
+                else [],
+                "cuda_runtime_version": top.get("cuda_runtime_version"),
+                "base_time_ns": top.get("baseTimeNanoseconds"),
             },
         },
     )
-    steps = gpu_spans(b, gpu, lanes, markers, launch_of, t0, found == GRAPH_LAUNCH, graph_calls)
-    _host_spans(b, host, markers, t0)
+    launch = launches(host, graph, gpu)
+    group_eager = found == GRAPH_LAUNCH
+    steps = gpu_spans(
+        b, gpu, lanes, markers, launch, events.t0, group_eager, names, events.odd_bytes
+    )
+    _host_spans(b, host, names, markers, events.t0)
     b.other_data["kineto"]["steps"] = steps
     trace = b.build()
     _no_overlap(trace)
     return trace
 
 
-def _host_thread(events: list[dict[str, Any]]) -> tuple[Any, Any] | None:
-    """The thread that launches the GPU work (transformers' generate_batch runs its loop in a
-    thread of its own, not the one that called it)."""
-    counts = Counter(
-        (e["pid"], e["tid"]) for e in events if e["cat"] in ("cuda_runtime", "cuda_driver")
-    )
-    if not counts:
-        counts = Counter(
-            (e["pid"], e["tid"]) for e in events if e["cat"] in ("cpu_op", "user_annotation")
-        )
-    if not counts:
-        counts = Counter((e["pid"], e["tid"]) for e in events if e["cat"] in HOST_CATS)
-    return counts.most_common(1)[0][0] if counts else None
+def _stream_order(item: tuple[Any, str]) -> tuple[bool, int]:
+    return item[0] is None, item[0] or 0
 
 
-def _step_markers(
-    host: list[dict[str, Any]], step_marker: str, graph_calls: set = frozenset()
-) -> tuple[list[tuple[float, float]], str]:
-    """Host intervals of the forwards, in time order, and what they were found from."""
+def _compile(step_marker: str) -> re.Pattern[str]:
     try:
-        pattern = re.compile(step_marker)
+        return re.compile(step_marker)
     except re.error as exc:
         raise TraceError(
             f"step_marker {step_marker!r} is not a regular expression ({exc})"
         ) from None
-    ann = [e for e in host if e["cat"] == "user_annotation"]
+
+
+def _host_rows(host: Table) -> np.ndarray:
+    """The rows of the thread that launches the GPU work (transformers' generate_batch runs its
+    loop in a thread of its own, not the one that called it), by start, longest first on ties,
+    else in file order."""
+    thread = None
+    ops = tuple(HOST_CATS.index(c) for c in ("cpu_op", "user_annotation"))
+    for cats in (RUNTIME, ops, tuple(range(len(HOST_CATS)))):
+        threads = host.key[np.isin(host.cat, cats)]
+        if len(threads):
+            thread = most_common(threads)[0][0]
+            break
+    rows = np.flatnonzero(host.key == thread) if thread is not None else np.empty(0, np.int64)
+    rows = rows[np.argsort(-host.dur[rows], kind="stable")]
+    return rows[np.argsort(host.ts[rows], kind="stable")]
+
+
+def _graph_calls(host: Table, gpu: Table, graph_id: int) -> np.ndarray:
+    """The correlation ids of graph launches: of runtime calls behind more than one kernel,
+    and of host events named cudaGraphLaunch."""
+    corr = gpu.corr[(gpu.cat == KERNEL) & (gpu.corr != ABSENT)]
+    uniq, counts = np.unique(corr, return_counts=True)
+    named = host.corr[(host.name == graph_id) & (host.corr != ABSENT)]
+    return np.union1d(uniq[counts > 1], named)
+
+
+def _step_markers(
+    host: Table, graph: np.ndarray, names: list[str], pattern: re.Pattern[str]
+) -> tuple[list[tuple[float, float]], str]:
+    """Host intervals of the forwards, in time order, and what they were found from."""
+    ann = host.cat == HOST_CATS.index("user_annotation")
     found = "step_marker"
-    chosen = [e for e in ann if pattern.search(e["name"])]
-    if not chosen:
-        found, chosen = "ProfilerStep", [e for e in ann if PROFILER_STEP.match(e["name"])]
-    if not chosen:  # an engine without ranges: each graph launch is a forward
-        found, chosen = GRAPH_LAUNCH, [e for e in host if graph_launch(e, graph_calls)]
-    # a marker nested in another marker is part of the same step
+    chosen = ann & name_table(names, pattern.search)[host.name]
+    if not chosen.any():
+        found, chosen = "ProfilerStep", ann & name_table(names, PROFILER_STEP.match)[host.name]
+    if not chosen.any():  # an engine without ranges: each graph launch is a forward
+        found, chosen = GRAPH_LAUNCH, graph
+    # the host is in time order; a marker nested in another marker is part of the same step
     out: list[tuple[float, float]] = []
-    for e in sorted(chosen, key=lambda e: e["ts"]):
-        if out and e["ts"] < out[-1][1]:
+    for ts, dur in zip(host.ts[chosen].tolist(), host.dur[chosen].tolist()):
+        if out and ts < out[-1][1]:
             continue
-        out.append((e["ts"], e["ts"] + e["dur"]))
+        out.append((ts, ts + dur))
     return out, found if out else "none"
 
 
-def _host_spans(b: TraceBuilder, host, markers, t0) -> None:
-    """The outermost host events (host is sorted by start, longest first on ties)."""
-    end = -math.inf
-    for e in host:
-        if PROFILER_STEP.match(e["name"]):
-            continue
-        if e["ts"] < end:  # nested in (or overlapping) the previous outermost event
-            continue
-        end = e["ts"] + e["dur"]
-        name = e["name"]
-        if SYNC_CALLS.match(name):
-            name = S.WAIT
+def _host_spans(b: TraceBuilder, host: Table, names: list[str], markers, t0: float) -> None:
+    """The outermost host events (host is sorted by start, longest first on ties): after one,
+    the next that starts at or after its end."""
+    keep = ~name_table(names, PROFILER_STEP.match)[host.name]
+    ts, dur = host.ts[keep], host.dur[keep]
+    cat, name = host.cat[keep], host.name[keep]
+    end = ts + dur
+    starts = np.array([m[0] for m in markers])
+    p, n = 0, len(ts)
+    while p < n:
+        label = names[name[p]]
+        if SYNC_CALLS.match(label):
+            label = S.WAIT
         b.span(
             S.HOST,
-            name[:MAX_NAME],
-            e["ts"] - t0,
-            e["dur"],
-            step=_host_step(e, markers),
-            op=e["cat"],
+            label[:MAX_NAME],
+            float(ts[p]) - t0,
+            float(dur[p]),
+            step=_host_step(float(ts[p]), starts),
+            op=HOST_CATS[cat[p]],
         )
+        p = max(p + 1, int(np.searchsorted(ts, end[p], "left")))
 
 
-def _host_step(e: dict[str, Any], markers: list[tuple[float, float]]) -> int:
+def _host_step(ts: float, starts: np.ndarray) -> int:
     """The step of the last marker started at or before the event (0 before the first)."""
-    lo, hi = 0, len(markers)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if markers[mid][0] <= e["ts"]:
-            lo = mid + 1
-        else:
-            hi = mid
-    return max(lo - 1, 0) if markers else -1
+    if not len(starts):
+        return -1
+    return max(int(np.searchsorted(starts, ts, "right")) - 1, 0)
 
 
 def _no_overlap(trace: Trace) -> None:
@@ -252,15 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--max-mb",
         type=positive_int,
-        default=DEFAULT_MAX_BYTES >> 20,
-        help="refuse a trace larger than this, decompressed (default %(default)s; the whole file "
-        "is parsed in memory, about 6x its size)",
+        default=KINETO_MAX_BYTES >> 20,
+        help="stop reading past this many MB of JSON, decompressed (default %(default)s): "
+        "the file is read as a stream, so this bounds the time, not the memory",
     )
     p.add_argument(
         "--max-events",
         type=positive_int,
-        default=DEFAULT_MAX_EVENTS,
-        help="refuse a trace with more events than this (default %(default)s)",
+        default=KINETO_MAX_EVENTS,
+        help="stop reading past this many events (default %(default)s): the import keeps about "
+        "40 bytes of each, so this bounds the memory (10^7 events: under 2 GB)",
     )
     args = p.parse(argv)
     if isinstance(args, int):
