@@ -23,7 +23,8 @@ So the timeline of an engine not written here (transformers' own continuous batc
 
 Times are shifted so the trace starts at 0. The file is read as a stream, each event reduced to
 the few fields these passes use as it is read (cbsim/trace/kineto_events.py), so memory grows
-with the events, about 40 bytes each, not with the JSON. A file that cannot be imported raises
+with the events, about 60 bytes each at the peak, not with the JSON (about 1 KB an event
+parsed whole). A file that cannot be imported raises
 ``TraceError`` with the reason, at the first element that shows it. Command line:
 ``python -m cbsim.trace.kineto IN.json[.gz] OUT.json[.gz]``; the report of the result:
 ``python -m cbsim.report OUT.json[.gz]``. The GPU side (lanes, steps, the per-kernel table) is
@@ -64,9 +65,9 @@ DEFAULT_STEP_MARKER = r"^(forward|graph_replay)(#\d+)?$"
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 SYNC_CALLS = re.compile(r"^cuda(Stream|Event|Device)Synchronize$")
 NOT_KINETO = 'not a Kineto trace: expected an object with a "traceEvents" list'
-# The input is read as a stream, keeping about 40 bytes of each profiler span
+# The input is read as a stream, keeping a few dozen bytes of each profiler span
 # (cbsim/trace/kineto_events.py): the events cap the memory, the decompressed size the time
-# (benchmarks/bench_kineto_import.py: 10^7 events, about 3 GB of JSON, in under 2 GB).
+# (benchmarks/bench_kineto_import.py: 10^7 events, 1.7 GB of JSON, in 0.6 GB and a minute).
 KINETO_MAX_EVENTS = 10_000_000
 KINETO_MAX_BYTES = 4 << 30
 
@@ -285,14 +286,15 @@ def main(argv: list[str] | None = None) -> int:
         type=positive_int,
         default=KINETO_MAX_BYTES >> 20,
         help="stop reading past this many MB of JSON, decompressed (default %(default)s): "
-        "the file is read as a stream, so this bounds the time, not the memory",
+        "the file is read as a stream, so this bounds the time (1.7 GB: about a minute), not "
+        "the memory",
     )
     p.add_argument(
         "--max-events",
         type=positive_int,
         default=KINETO_MAX_EVENTS,
-        help="stop reading past this many events (default %(default)s): the import keeps about "
-        "40 bytes of each, so this bounds the memory (10^7 events: under 2 GB)",
+        help="stop reading past this many events (default %(default)s): the memory grows with "
+        "them, about 60 bytes each at the peak (10^7 events: 0.6 GB)",
     )
     args = p.parse(argv)
     if isinstance(args, int):
