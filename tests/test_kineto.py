@@ -4,6 +4,7 @@ malformed files are refused with a reason."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from cbsim.metrics import compute_metrics
 from cbsim.report.trace_report import main as report_main
 from cbsim.trace import TraceError, read_trace, write_trace
 from cbsim.trace import schema as S
-from cbsim.trace.kineto import import_kineto, main
+from cbsim.trace.kineto import convert, import_kineto, main
+from cbsim.trace.load import gunzip_pieces, stream_object
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -305,3 +307,83 @@ def test_the_import_caps_are_flags_and_a_trace_past_them_is_refused_in_one_line(
     assert "\n" not in err and "10" in err and not out.exists()
     assert main([str(src), str(out), "--max-events", "5000000", "--max-mb", "1024"]) == 0
     assert out.is_file()
+
+
+def test_the_stream_import_is_the_whole_file_import():
+    """Read as a stream or parsed whole (cbsim.trace.kineto.convert), a trace imports the same;
+    and the stream reader, cut into odd pieces, gives json's events."""
+    for path in sorted(DATA.glob("kineto_*.json.gz")):
+        whole = convert(_raw(path), name=path.name).to_json_obj()
+        assert import_kineto(path).to_json_obj() == whole, path.name
+    path = DATA / "kineto_h200_transformers_cb.json.gz"
+    events: list = []
+    stream_object(
+        gunzip_pieces(path, 1 << 30, chunk=4099), "traceEvents", lambda i, e: events.append(e)
+    )
+    assert events == _raw(path)["traceEvents"]
+
+
+EVENT = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5.0, "dur": 1.0}
+
+
+@pytest.mark.parametrize(
+    "label, data, says",
+    [
+        ("no traceEvents", {"deviceProperties": [], "otherData": {}}, '"traceEvents" list'),
+        ("an element no object", '{"traceEvents": [%s, 3]}', "event 1 is not an object"),
+        ("garbage after the list", '{"traceEvents": [%s] garbage}', "not JSON (expected ','"),
+        ("garbage after the object", '{"traceEvents": [%s]} {}', "extra data after"),
+        ("cut in the list", '{"traceEvents": [%s, {"ph"', "not JSON"),
+        (
+            "no integer correlation",
+            '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
+            '"ts": 0.0, "dur": 1.0, "args": {"correlation": "7"}}]}',
+            "args.correlation",
+        ),
+        ("truncated gzip", '{"traceEvents": [%s]}', "truncated"),
+    ],
+)
+def test_a_malformed_stream_is_refused_in_one_line(tmp_path, capsys, label, data, says):
+    text = data if isinstance(data, str) else json.dumps(data)
+    raw = text.replace("%s", json.dumps(EVENT)).encode()
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(gzip.compress(raw)[:-6] if "gzip" in label else gzip.compress(raw))
+    out = tmp_path / "out.json.gz"
+    assert main([str(path), str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"cbsim: {path}: ") and says in err and "\n" not in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "bad, says", [("3", "event 1 is not an object"), (None, "over 2 elements")]
+)
+def test_a_stream_is_refused_before_the_rest_is_read(tmp_path, bad, says):
+    """The reason shows at element 1 (an element that is no object) or 2 (past --max-events):
+    refused there, the rest of the file (here: no gzip at all) never read."""
+    first = [json.dumps(EVENT)] + ([bad] if bad else [json.dumps(EVENT)] * 2)
+    head = '{"traceEvents": [' + ", ".join(first) + ", " + ", ".join([json.dumps(EVENT)] * 1000)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(head.encode()) + b"not gzip" * 1000)
+    with pytest.raises(TraceError, match=says):
+        import_kineto(path, max_events=2)
+
+
+@pytest.mark.slow
+def test_a_large_trace_imports_in_bounded_memory(tmp_path):
+    """200k events of a Kineto-shaped trace (benchmarks/bench_kineto_import.py's), each import in
+    a process of its own: the stream import holds under half the memory of the file parsed whole
+    (json.load, then convert), and writes the same trace."""
+    spec = importlib.util.spec_from_file_location(
+        "bench", REPO / "benchmarks" / "bench_kineto_import.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = tmp_path / "big.json.gz"
+    assert bench.write_kineto(path, 200_000) == 200_000
+    outcome, _, stream_mb = bench.measure(bench.IMPORT, path, tmp_path / "s.json.gz", 200_000)
+    assert outcome == "imported"
+    outcome, _, whole_mb = bench.measure(bench.WHOLE, path, tmp_path / "w.json.gz", 200_000)
+    assert outcome == "imported"
+    assert (tmp_path / "s.json.gz").read_bytes() == (tmp_path / "w.json.gz").read_bytes()
+    assert stream_mb < whole_mb / 2, (stream_mb, whole_mb)

@@ -16,6 +16,7 @@ from cbsim.metrics import compute_metrics
 from cbsim.trace import TraceBuilder, TraceError, read_trace, write_trace
 from cbsim.trace import schema as S
 from cbsim.trace.checks import MAX_DEPTH
+from cbsim.trace.load import stream_object
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = (
@@ -262,3 +263,58 @@ def test_the_report_cli_prints_one_line_and_exits_2(tmp_path, capsys, label):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0] and "Traceback" not in err[0]
     assert not (tmp_path / "r.html").exists()
+
+
+def _streamed(data: bytes, chunk: int) -> tuple[list, dict, int | None]:
+    """stream_object over ``data`` cut into pieces of ``chunk`` bytes: the elements of
+    traceEvents, the other keys, the count."""
+    items: list = []
+    pieces = (data[i : i + chunk] for i in range(0, len(data), chunk))
+    others, count = stream_object(pieces, "traceEvents", lambda i, e: items.append(e))
+    return items, others, count
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    events=st.lists(JSON_VALUES, max_size=6),
+    other=st.dictionaries(st.sampled_from(["a", "otherData", "é"]), JSON_VALUES, max_size=3),
+    first=st.booleans(),
+    indent=st.sampled_from([None, 0, 2]),
+    ascii_only=st.booleans(),
+    chunk=st.integers(1, 40),
+)
+def test_the_stream_reader_reads_what_json_reads(events, other, first, indent, ascii_only, chunk):
+    """However the file is cut into pieces (a number, a string, an escape split between two),
+    the streamed elements and the other keys, before or after the list, are json's."""
+    doc = {"traceEvents": events, **other} if first else {**other, "traceEvents": events}
+    data = json.dumps(doc, indent=indent, ensure_ascii=ascii_only).encode()
+    items, others, count = _streamed(data, chunk)
+    assert items == events and count == len(events) and others == other
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), chunk=st.integers(1, 16))
+def test_the_stream_reader_on_any_bytes_reads_json_or_refuses(data, chunk):
+    """A valid document cut, patched or extended anywhere: what the stream reader accepts,
+    json accepts the same; everything else is a TraceError, never another exception."""
+    doc = {"traceEvents": data.draw(st.lists(JSON_VALUES, max_size=4)), "x": [1.5, "a"]}
+    raw = bytearray(json.dumps(doc).encode())
+    at = data.draw(st.integers(0, len(raw)))
+    patch = data.draw(st.binary(max_size=3) | st.sampled_from([b"]", b"}", b",", b'"', b"\\u12"]))
+    raw[at : at + data.draw(st.integers(0, 3))] = patch
+    try:
+        items, others, count = _streamed(bytes(raw), chunk)
+    except TraceError as exc:
+        assert "\n" not in str(exc)
+        return
+    parsed = json.loads(bytes(raw))
+    assert parsed == (others if count is None else {**others, "traceEvents": items})
