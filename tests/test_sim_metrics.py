@@ -1,12 +1,18 @@
-"""Metrics without a trace: the simulator's own tables give the numbers compute_metrics gives
-from its trace (to 1e-9), on random workloads with arrivals, EOS, chunked prefill, preemption,
-stalls and the hazard what-ifs; and the counts agree exactly."""
+"""Metrics without a trace: the simulator's run folded as it runs gives the numbers
+compute_metrics gives from its trace (to 1e-9), on random workloads with arrivals, EOS, chunked
+prefill, preemption, stalls and the hazard what-ifs, folded in small chunks; the counts agree
+exactly; and the memory of a run without a trace does not grow with its steps."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import subprocess
+import sys
 
+import pytest
+from conftest import REPO, make_config
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sim_harness import long_workloads, make
@@ -33,11 +39,13 @@ def assert_same(a, b, path: str = "metrics") -> None:
         assert a == b, (path, a, b)
 
 
-def both_ways(cfg, engine: str) -> tuple[dict, dict]:
+def both_ways(cfg, engine: str, chunk: int = 50) -> tuple[dict, dict]:
+    """The metrics of the trace, and of the same run folded without one ``chunk`` spans at a
+    time (small: busy blocks, idle gaps and steps straddle the chunks)."""
     config = dataclasses.asdict(cfg)
     traced = simulate(cfg, engine, want_trace=True)
     traced.trace.other_data["config"] = config
-    untraced = simulate(cfg, engine, want_trace=False, config_dict=config)
+    untraced = simulate(cfg, engine, want_trace=False, config_dict=config, chunk=chunk)
     assert untraced.trace is None
     assert untraced.counters == traced.counters  # the same run, event counts included
     assert untraced.memory == traced.memory
@@ -101,3 +109,83 @@ def test_simulate_many_gives_each_config_s_engines_their_metrics():
             trace = simulate(cfg, engine, want_trace=True).trace
             trace.other_data["config"] = dataclasses.asdict(cfg)
             assert_same(compute_metrics(trace), metrics)
+
+
+QUIET = ("output.report=false", "output.print_table=false", "output.progress=false")
+# a few chunks of spans each (cbsim.sim.recorder.CHUNK_SPANS): 5,000 steps of 8 spans
+LONG = ("model=llama3_1b", "workload.batch_size=4", "workload.num_requests=8")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["engine=sync", *LONG, "workload.gen_len=2500"],
+        ["engine=async", *LONG, "workload.gen_len=2500"],
+        [
+            "engine=compare",
+            "workload.arrival=poisson",
+            "workload.rate=40",
+            "workload.num_requests=96",
+            "workload.gen_len=128",
+            "workload.gen_spread=0.5",
+            "workload.ignore_eos=false",
+        ],
+    ],
+    ids=["sync", "async", "compare-poisson"],
+)
+def test_a_run_s_metrics_are_the_same_with_the_trace_kept_or_not(tmp_path, overrides):
+    from cbsim.app import run_engines
+
+    out = {}
+    for keep in ("true", "false"):
+        cfg = make_config([*overrides, "mode.bands=false", f"output.trace={keep}", *QUIET])
+        (tmp_path / keep).mkdir()
+        out[keep] = run_engines(cfg, dataclasses.asdict(cfg), tmp_path / keep)
+    assert list((tmp_path / "true").glob("trace*.json.gz"))
+    assert not list((tmp_path / "false").iterdir())
+    m = out["true"]
+    runs = [m] if "steps" in m else [m["sync"], m["async"]]
+    assert all(r["steps"] > 0 and r["p99_itl_ms"] > 0 for r in runs)
+    assert_same(out["true"], out["false"])
+
+
+MEMORY_SCRIPT = """
+import resource, sys
+from sim_harness import make
+from cbsim.metrics import MetricInputs, metrics_from
+from cbsim.sim import simulate
+cfg = make(batch_size=4, num_requests=4, prompt_len=32, gen_len=int(sys.argv[1]))
+r = simulate(cfg, "async", fast_forward=False)
+m = metrics_from(MetricInputs(**r.tables))
+assert m["steps"] == r.counters["steps"]
+print(m["steps"], r.counters["trace_events"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_rss(gen_len: int) -> tuple[int, int, int]:
+    """(steps, trace events, peak RSS bytes) of an async run without a trace, stepped one step
+    at a time (every span written by itself, none at once by the fast-forward), in a fresh
+    interpreter."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
+    res = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, str(gen_len)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    steps, events, kib = map(int, res.stdout.split())
+    return steps, events, kib * 1024
+
+
+def test_a_run_without_a_trace_holds_no_span_however_many_steps_it_has():
+    """4x the steps: the peak memory grows by the few numbers a step the percentiles and the
+    stalls' medians keep (about 110 bytes a step), not by the step's eight spans (kept as
+    columns of Python objects until the run ended, they took 4 KB a step)."""
+    short, long = peak_rss(20_000), peak_rss(80_000)
+    steps, events = long[0] - short[0], long[1] - short[1]
+    assert steps >= 60_000 and events >= 8 * steps
+    grew = long[2] - short[2]
+    assert grew < 400 * steps, f"{grew / steps:.0f} bytes a step"

@@ -1,9 +1,10 @@
-"""What every metric is computed from: a few tables and the run's metadata, not JSON events.
+"""What every metric is computed from: a trace's fold (cbsim.trace.fold) and the run's metadata.
 
-A trace gives them through ``inputs_from_trace``; a back end that keeps its own per-step arrays
-can build the same tables directly (``MetricInputs(spans=..., instants=..., ...)``) and get the
-same numbers without writing or parsing a trace. Times are microseconds, rounded to the
-nanosecond as a trace stores them (``round(t, 3)``), so both routes agree to the bit.
+A trace gives its tables through ``inputs_from_trace``, folded at once; a back end can build
+the same tables directly (``MetricInputs(spans=..., instants=..., ...)``), or fold them as it
+runs and hand over the fold alone (``MetricInputs(fold=..., ...)``: a simulation without a
+trace, in memory that does not grow with its steps). Times are microseconds, rounded to the
+nanosecond as a trace stores them (``round(t, 3)``), so every route gives the same numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pandas as pd
 
 from cbsim.trace import schema as S
 from cbsim.trace.errors import TraceError
+from cbsim.trace.fold import TraceFold, in_time_order
 from cbsim.trace.merge import is_merged
 from cbsim.trace.model import Trace
 
@@ -51,12 +53,13 @@ INSTANT_FIELDS: dict[str, Any] = {
 @dataclass
 class MetricInputs:
     """The tables metrics read (columns: SPAN_FIELDS and INSTANT_FIELDS; ``end`` = ts + dur is
-    added when missing) and the run's metadata (a trace's otherData)."""
+    added when missing), folded (``fold``: given, or the tables' own), and the run's metadata
+    (a trace's otherData)."""
 
-    spans: pd.DataFrame
-    instants: pd.DataFrame
+    spans: pd.DataFrame | None = None
+    instants: pd.DataFrame | None = None
     # every lane the run declared: a declared lane with no spans is busy 0%
-    lanes: list[str]
+    lanes: list[str] = field(default_factory=list)
     source: str = ""
     engine: str = ""
     # otherData.memory, .config (the resolved run config as a dict), .counters
@@ -65,26 +68,26 @@ class MetricInputs:
     counters: dict[str, Any] | None = None
     # otherData.hardware: the machine a recording measured (its copy rate), or the profile
     hardware: dict[str, Any] | None = None
+    # what metrics read: the tables' fold when not given
+    fold: TraceFold | None = None
 
     def __post_init__(self) -> None:
-        spans = _with_columns(self.spans, SPAN_FIELDS)
+        spans = with_columns(self.spans, SPAN_FIELDS)
         if "end" not in spans:
             spans = spans.assign(end=spans["ts"] + spans["dur"])
-        self.spans = _in_time_order(spans)
-        self.instants = _with_columns(self.instants, INSTANT_FIELDS)
+        self.spans = in_time_order(spans)
+        self.instants = with_columns(self.instants, INSTANT_FIELDS)
+        if self.fold is None:
+            self.fold = TraceFold.of(self.spans, self.instants)
 
 
-def _in_time_order(spans: pd.DataFrame) -> pd.DataFrame:
-    """Rows by (ts, dur): float sums then run in one order whichever way the table was built
-    (rows that tie on both add the same numbers whatever their order)."""
-    order = np.lexsort((spans["dur"].to_numpy(), spans["ts"].to_numpy()))
-    if len(order) < 2 or (order[1:] > order[:-1]).all():
-        return spans
-    return spans.iloc[order].reset_index(drop=True)
-
-
-def _with_columns(frame: pd.DataFrame | dict[str, Any], fields: dict[str, Any]) -> pd.DataFrame:
-    """A frame (or dict of columns) with every field present (missing ones at their default)."""
+def with_columns(
+    frame: pd.DataFrame | dict[str, Any] | None, fields: dict[str, Any]
+) -> pd.DataFrame:
+    """A frame (or dict of columns, or none) with every field present (missing ones at their
+    default)."""
+    if frame is None:
+        frame = {k: [] for k in fields}
     frame = pd.DataFrame(frame) if not isinstance(frame, pd.DataFrame) else frame
     missing = {k: d for k, d in fields.items() if k not in frame}
     if missing:

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from cbsim.metrics.inputs import MetricInputs
-from cbsim.metrics.timeline import forward_spans, step_times_ms, time_range
+from cbsim.metrics.timeline import step_times_ms, time_range
 from cbsim.trace import schema as S
+from cbsim.trace.fold import request_rows
 
 SERVING = ("ttft", "tpot", "itl", "e2el")
 # vLLM's statistics of each latency, in its key order: f"{stat}_{latency}_ms"
@@ -37,18 +38,7 @@ DEFAULT_OVERLOAD_RATIO = 1.1
 def request_table(inst: pd.DataFrame) -> pd.DataFrame:
     """Per request (index rid): arrival, first_token, finish (us, NaN when it did not happen),
     tokens (from its finish instant) and prompt_len (from its arrival; NaN when not recorded)."""
-    req = inst[(inst.lane == S.REQUESTS) & inst.rid.notna()]
-    cols = {}
-    for name in (S.ARRIVAL, S.FIRST_TOKEN, S.FINISH):
-        cols[name] = req[req.name == name].groupby("rid")["ts"].min()
-    fin = req[req.name == S.FINISH]
-    cols["tokens"] = fin.groupby("rid")["tokens"].first()
-    cols["prompt_len"] = (
-        req[req.name == S.ARRIVAL].groupby("rid")["prompt_len"].first()
-        if "prompt_len" in req.columns
-        else pd.Series(dtype=float)
-    )
-    return pd.DataFrame(cols)
+    return request_rows(inst)
 
 
 def latencies_ms(req: pd.DataFrame) -> dict[str, pd.Series]:
@@ -63,7 +53,7 @@ def latencies_ms(req: pd.DataFrame) -> dict[str, pd.Series]:
 
 def serving_metrics(inp: MetricInputs) -> dict[str, Any]:
     """vLLM's serving figures (see the module docstring), goodput and offered load."""
-    req = request_table(inp.instants)
+    req = inp.fold.requests()
     start, end = time_range(inp)
     duration_s = (end - start) / 1e6
     lat = latencies_ms(req)
@@ -133,12 +123,12 @@ def itl_ms(inp: MetricInputs, req: pd.DataFrame, start: float) -> np.ndarray:
 def itl_steps(inp: MetricInputs, req: pd.DataFrame, start: float) -> tuple[np.ndarray, np.ndarray]:
     """Inter-token latencies (ms) as (step interval, how many tokens waited it): each step
     interval counts once per token of the step that was not a request's first."""
-    fwd = forward_spans(inp.spans)
-    if fwd.empty:
+    fold = inp.fold
+    per_step = fold.forwards[fold.gpu_lane()].per_step()
+    if per_step.empty:
         return np.array([]), np.array([], dtype=np.int64)
-    per_step = fwd.groupby("step").agg(end=("end", "max"), tokens=("new_tokens", "sum"))
+    intervals = step_times_ms(per_step, start)
     per_step = per_step.sort_values("end")
-    intervals = step_times_ms(fwd, start)
     ends = per_step["end"].to_numpy()
     firsts = req[S.FIRST_TOKEN].dropna().to_numpy()
     # a first token is delivered after its step's forward ended: the last step ended by then

@@ -8,8 +8,10 @@ not compared with a decode's) and at least ``STALL_MIN_US`` longer than that med
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from cbsim.metrics.inputs import MetricInputs
@@ -20,6 +22,13 @@ STALL_FACTOR = 10.0
 STALL_MIN_US = 1000.0
 
 
+def is_stall(
+    dur: np.ndarray, median: np.ndarray | float, factor: float, min_us: float
+) -> np.ndarray:
+    """Which durations are stalls against their phase's median."""
+    return (dur > factor * median) & (dur - median >= min_us)
+
+
 def stall_spans(
     spans: pd.DataFrame, factor: float = STALL_FACTOR, min_us: float = STALL_MIN_US
 ) -> pd.DataFrame:
@@ -28,15 +37,22 @@ def stall_spans(
     if host.empty:
         return host.assign(median_us=pd.Series(dtype=float))
     median = host.groupby(["name", "kind"])["dur"].transform("median")
-    long = (host["dur"] > factor * median) & (host["dur"] - median >= min_us)
+    long = is_stall(host["dur"], median, factor, min_us)
     return host[long].assign(median_us=median[long])
 
 
 def stall_metrics(inp: MetricInputs) -> dict[str, Any]:
-    """``host_stalls`` (count), ``host_stall_ms`` (their total time) and by phase."""
-    stalls = stall_spans(inp.spans)
+    """``host_stalls`` (count), ``host_stall_ms`` (their total time) and by phase, from the
+    folded durations of each phase (cbsim.trace.fold.TraceFold.host_work_us)."""
+    count, stall_us, by_phase = 0, 0.0, Counter()
+    for (name, _), dur in sorted(inp.fold.host_work_us().items()):
+        long = dur[is_stall(dur, float(np.median(dur)), STALL_FACTOR, STALL_MIN_US)]
+        count += len(long)
+        stall_us += float(long.sum())
+        if len(long):
+            by_phase[name] += len(long)
     return {
-        "host_stalls": int(len(stalls)),
-        "host_stall_ms": float(stalls["dur"].sum()) / 1e3,
-        "host_stalls_by_phase": {str(k): int(v) for k, v in stalls["name"].value_counts().items()},
+        "host_stalls": count,
+        "host_stall_ms": stall_us / 1e3,
+        "host_stalls_by_phase": dict(by_phase.most_common()),
     }

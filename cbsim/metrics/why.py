@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from cbsim.metrics.inputs import MetricInputs
-from cbsim.metrics.timeline import forward_spans
 from cbsim.trace import schema as S
 
 SHOWN_PHASES = 4  # an import's host lane names every runtime call: the largest few are named
@@ -25,19 +24,18 @@ def host_work_metrics(inp: MetricInputs) -> dict[str, Any]:
         "host_work_phases": [],
         "hideable_fraction": None,
     }
-    spans = inp.spans
-    forwards = forward_spans(spans) if not spans.empty else spans
-    steps = int(forwards["step"].nunique()) if not forwards.empty else 0
+    fold = inp.fold
+    forwards = fold.forwards[fold.gpu_lane()]
+    steps = len(forwards.per_step())
     if not steps:
         return out
-    forwards_us = float(forwards["dur"].sum())
-    host = spans[(spans.lane == S.HOST) & (spans.name != S.WAIT)]
-    by_phase = host.groupby("name")["dur"].sum().sort_values(ascending=False)
-    host_ms = float(by_phase.sum()) / 1e3 / steps
-    gpu_ms = forwards_us / 1e3 / steps
+    work = {name: us for name, us in sorted(fold.host_us.items()) if name != S.WAIT}
+    by_phase = sorted(work, key=lambda name: -work[name])
+    host_ms = sum(work.values()) / 1e3 / steps
+    gpu_ms = forwards.dur_us / 1e3 / steps
     out["host_work_ms_per_step"] = host_ms
     out["gpu_ms_per_step"] = gpu_ms
-    out["host_work_phases"] = [str(n) for n in by_phase.index[:SHOWN_PHASES]]
+    out["host_work_phases"] = by_phase[:SHOWN_PHASES]
     if host_ms + gpu_ms > 0:
         out["hideable_fraction"] = min(host_ms, gpu_ms) / (host_ms + gpu_ms)
     return out

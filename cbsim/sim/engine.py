@@ -13,6 +13,7 @@ from cbsim.run_setup import RunSetup, setup_run
 from cbsim.sim.host_phases import HostPhases
 from cbsim.sim.loop import LOOPS
 from cbsim.sim.progress import run_with_progress
+from cbsim.sim.recorder import CHUNK_SPANS
 from cbsim.trace import Trace, TraceBuilder
 from cbsim.trace import schema as S
 from cbsim.trace.hardware import BASIS_PROFILE
@@ -30,9 +31,9 @@ def setup_sim(config: CbsimConfig, engine: str) -> RunSetup:
 
 @dataclass
 class SimResult:
-    """One simulated engine: its trace (when asked for), the tables its metrics are computed
-    from (``cbsim.metrics.MetricInputs(**result.tables)``; without a trace only), its memory
-    estimate and the simulator's own counts."""
+    """One simulated engine: its trace (when asked for), what its metrics are computed from
+    (``cbsim.metrics.MetricInputs(**result.tables)``: the run folded as it ran, without a trace
+    only), its memory estimate and the simulator's own counts."""
 
     engine: str
     trace: Trace | None
@@ -54,10 +55,13 @@ def simulate(
     *,
     fast_forward: bool = True,
     config_dict: dict[str, Any] | None = None,
+    chunk: int = CHUNK_SPANS,
 ) -> SimResult:
-    """Simulate ``engine``; with ``want_trace`` the trace, else the metric tables (the same
-    numbers, no events built). ``config_dict``: the resolved config the tables carry for the
-    metrics that read it (bandwidth, SLOs), as a trace's otherData.config does."""
+    """Simulate ``engine``; with ``want_trace`` the trace, else the run folded for its metrics
+    (the same numbers, no events built, memory that does not grow with the steps). ``config_dict``: the resolved config the tables carry for the
+    metrics that read it (bandwidth, SLOs), as a trace's otherData.config does. ``chunk``:
+    without a trace, the spans buffered before they are folded (the same numbers whatever it
+    is; small ones check that)."""
     setup = setup_sim(config, engine)
     eng, hw = setup.engine, config.hardware
     trace = None
@@ -65,7 +69,7 @@ def simulate(
         trace = TraceBuilder("sim", {"engine": engine, "hardware": profile_hardware(hw)})
         if eng.streams == "default":
             trace.declare_lane(S.DEFAULT)
-    sim = HostPhases(config, setup, trace)
+    sim = HostPhases(config, setup, trace, chunk)
     sim.fast_forward_on = fast_forward
     sim.env.process(LOOPS[engine](sim))
     _run(sim, config, setup, engine, trace)

@@ -57,6 +57,7 @@ class HostPhases(HostState):
     def schedule(self):
         """Ask the shared scheduler for the next batch (None: nothing can run now)."""
         now = self._asked_us = self.env.now  # when the scheduler saw the queue
+        self.rec.fold_before(now)  # without a trace: what started before now, folded
         # us -> s round-off: a few ulps relative (arrival_s * 1e6 * 1e-6 can fall below
         # arrival_s by more than any fixed slack once arrivals pass ~1e4 s) plus 1 ps near 0
         batch = self.sched.schedule(now * 1e-6 * (1.0 + 1e-15) + 1e-12)
@@ -195,7 +196,7 @@ class HostPhases(HostState):
         finished = self.sched.update(batch, tokens)
         self.n["generated_tokens"] += kept
         if kept != batch.num_samples:  # sampled after the request's EOS: computed, dropped
-            launched.forward_args["new_tokens"] = kept
+            self.rec.settle(launched.compute.lane, launched.forward_args, kept)
             self.n["dropped_tokens"] += batch.num_samples - kept
         for rid in self.sched.last_first_token_rids:
             self.rec.request_event(S.FIRST_TOKEN, now, rid, step=batch.step)

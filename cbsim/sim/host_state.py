@@ -18,7 +18,7 @@ from cbsim.scheduler import Batch
 from cbsim.sim.clock import Clock
 from cbsim.sim.host_speed import HostSpeed
 from cbsim.sim.io_slots import IOSlot, SlotTracker
-from cbsim.sim.recorder import Recorder
+from cbsim.sim.recorder import CHUNK_SPANS, Recorder
 from cbsim.sim.streams import CudaEvent, Device, LaunchQueue, Op
 from cbsim.sim.tokens import Sampler
 from cbsim.trace import TraceBuilder
@@ -56,7 +56,14 @@ class HazardLog(Counter):
 class HostState:
     """One simulated run's host thread: what it holds and counts (its phases: HostPhases)."""
 
-    def __init__(self, config: CbsimConfig, setup: RunSetup, trace: TraceBuilder | None) -> None:
+    def __init__(
+        self,
+        config: CbsimConfig,
+        setup: RunSetup,
+        trace: TraceBuilder | None,
+        chunk: int = CHUNK_SPANS,
+    ) -> None:
+        """``chunk``: without a trace, the spans folded at a time (cbsim.sim.recorder)."""
         self.config, self.engine, self.trace = config, setup.engine, trace
         self.env = Clock()
         w = config.workload
@@ -67,7 +74,7 @@ class HostState:
         self.sched = setup.scheduler
         self.device = Device(self.engine.streams, config.hardware.gpu.forward_gap_us)
         self.launch_queue = LaunchQueue(config.hardware.gpu.launch_queue_depth)
-        self.rec = Recorder(trace, (S.HOST, *self.device.lanes))
+        self.rec = Recorder(trace, (S.HOST, *self.device.lanes), chunk)
         self._last_counters: dict[str, int] = {}
         self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
         self._asked_us = 0.0  # when the last schedule phase asked the scheduler (host_phases.py)

@@ -1,7 +1,7 @@
 """Many configurations simulated in one process, without traces: a grid sweep's route.
 
 Every engine of every config (sync and async for ``engine=compare``) is simulated to its metric
-tables and handed to ``measure``, the caller's metrics function (the simulator sits below
+inputs (the run folded, cbsim.sim.simulate) and handed to ``measure``, the caller's metrics function (the simulator sits below
 cbsim.metrics, so the caller passes it in: ``lambda t: metrics_from(MetricInputs(**t))``).
 Nothing is written; one config's failure (a ConfigError) is the caller's to catch.
 """

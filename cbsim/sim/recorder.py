@@ -2,10 +2,12 @@
 
 With a trace asked for, the events go to a TraceBuilder through its hot-path writer
 (``add_span``, ``host_span``, ``add_counter``: a ready args dict, one per step, shared by that
-step's spans; the trace is read-only once built). Without one, the same calls fill the columns
-metrics are computed from (cbsim.metrics.MetricInputs: span and instant tables, times rounded
-to the nanosecond as a trace stores them), so the metrics are the trace's by construction.
-runtime/recorder.py is the runtime's counterpart.
+step's spans; the trace is read-only once built). Without one, the same calls fill a buffer of
+the columns metrics read (times rounded to the nanosecond as a trace stores them), folded into
+a cbsim.trace.TraceFold every CHUNK_SPANS spans (``fold_before``: the spans that start before
+the clock; nothing written later starts earlier), so the metrics are the trace's by
+construction and the run's memory does not grow with its steps. runtime/recorder.py is the
+runtime's counterpart.
 """
 
 from __future__ import annotations
@@ -18,15 +20,21 @@ import pandas as pd
 
 from cbsim.trace import TraceBuilder
 from cbsim.trace import schema as S
+from cbsim.trace.fold import TraceFold
 
 SPAN_COLUMNS = ("step", "requests", "query_tokens", "kv_tokens", "kind", "new_tokens")
 ARG_DEFAULTS = {"step": -1, "requests": 0, "query_tokens": 0, "kv_tokens": 0, "kind": ""}
+INSTANT_COLUMNS = ("lane", "name", "ts", "rid", "tokens", "prompt_len")
+# spans buffered before they are folded (about 300 bytes each while buffered)
+CHUNK_SPANS = 1 << 15
 
 
 class Recorder:
-    """The run's trace writer (``builder`` given) or its metric columns (``builder`` None)."""
+    """The run's trace writer (``builder`` given) or its fold (``builder`` None)."""
 
-    def __init__(self, builder: TraceBuilder | None, lanes: tuple[str, ...]) -> None:
+    def __init__(
+        self, builder: TraceBuilder | None, lanes: tuple[str, ...], chunk: int = CHUNK_SPANS
+    ) -> None:
         self.builder = builder
         self.tracing = builder is not None
         if builder is not None:
@@ -35,25 +43,29 @@ class Recorder:
             self.span = builder.add_span
             self.host_span = builder.host_span
             self.counter = builder.add_counter
+            self.fold_before = _nothing
             return
         self.lanes = list(dict.fromkeys((*S.REQUIRED_LANES, S.REQUESTS, *lanes)))
-        # one entry per span recorded one at a time; the args dicts are read at the end (a
-        # forward's new_tokens is settled when its batch is updated)
-        self.cols: dict[str, list[Any]] = {k: [] for k in ("lane", "name", "ts", "dur", "args")}
-        self.blocks: list[dict[str, Any]] = []  # many spans of one lane and name (extend)
-        # extended forward spans' new_tokens, settled when their batch is updated: (column, row,
-        # args)
-        self.forward_args: list[tuple[Any, int, dict[str, Any]]] = []
-        self.inst: dict[str, list[Any]] = {
-            k: [] for k in ("lane", "name", "ts", "rid", "tokens", "prompt_len")
-        }
-        self.inst_kind: list[str] = []
+        self.fold = TraceFold()
+        self.chunk = chunk
+        self.held: pd.DataFrame | None = None  # folded spans' later neighbours, held back
+        self.written = {"spans": 0, "instants": 0}
         self.samples = 0  # counter samples a trace would hold
+        self._empty_buffer()
         self.span = self._span
         self.host_span = self._host_span
         self.counter = self._counter
+        self.fold_before = self._fold_before
 
-    # ---- without a trace: columns ---------------------------------------------------------
+    def _empty_buffer(self) -> None:
+        # one entry per span recorded one at a time; the args dicts are read when folded
+        self.cols: dict[str, list[Any]] = {k: [] for k in ("lane", "name", "ts", "dur", "args")}
+        self.blocks: list[dict[str, Any]] = []  # many spans of one lane and name (extend)
+        self.inst: dict[str, list[Any]] = {k: [] for k in INSTANT_COLUMNS}
+        self.inst_kind: list[str] = []
+        self.buffered = 0
+
+    # ---- without a trace: columns, folded ----------------------------------------------------
     def _span(self, lane: str, name: str, ts: float, dur: float, args: dict[str, Any]) -> None:
         c = self.cols
         c["lane"].append(lane)
@@ -61,6 +73,7 @@ class Recorder:
         c["ts"].append(ts)
         c["dur"].append(dur)
         c["args"].append(args)
+        self.buffered += 1
 
     def _host_span(self, name: str, ts: float, dur: float, args: dict[str, Any]) -> None:
         self._span(S.HOST, name, ts, dur, args)
@@ -87,29 +100,47 @@ class Recorder:
         i["prompt_len"].append(prompt_len)
         self.inst_kind.append(kind)
 
-    def extend(
-        self, lane: str, name: str, ts: list[float], dur: list[float], **args: Any
-    ) -> dict[str, Any]:
+    def extend(self, lane: str, name: str, ts: list[float], dur: list[float], **args: Any) -> None:
         """Many spans of one lane and name at once (args: a column list or one value each)."""
         n = len(ts)
         block = {"n": n, "lane": lane, "name": name, "ts": ts, "dur": dur}
         for k in SPAN_COLUMNS:
             v = args.get(k, ARG_DEFAULTS.get(k, 0))
             block[k] = np.asarray(v, dtype=np.int64) if isinstance(v, list) else v
-        if isinstance(block["new_tokens"], int):
-            block["new_tokens"] = np.full(n, block["new_tokens"], dtype=np.int64)
         wait = args.get("launch_bound_us", 0.0)  # eager forwards: their wait on the launches
         block["launch_bound_us"] = (
             np.asarray(wait, dtype=np.float64) if isinstance(wait, list) else wait
         )
         self.blocks.append(block)
-        return block
+        self.buffered += n
 
-    def settle(self, block: dict[str, Any], args: dict[str, Any]) -> None:
-        """The last span of ``block`` is a forward whose new_tokens its update may change."""
-        self.forward_args.append((block["new_tokens"], block["n"] - 1, args))
+    def _fold_before(self, now: float) -> None:
+        """Fold the buffer once it holds a chunk: the spans that start before ``now`` (what is
+        written later starts at ``now`` or after), the rest held for the next chunk."""
+        if self.buffered >= self.chunk:
+            self._fold(round(now, 3))
+
+    def _fold(self, until: float | None) -> None:
+        spans, instants = self._drain()
+        if self.held is not None:
+            spans = pd.concat((self.held, spans), ignore_index=True)
+            self.held = None
+        if until is not None:
+            later = spans["ts"].to_numpy() >= until
+            if later.any():
+                self.held = spans[later].reset_index(drop=True)
+                spans = spans[~later]
+        self.fold.add(spans, instants)
 
     # ---- both ---------------------------------------------------------------------------------
+    def settle(self, lane: str, args: dict[str, Any], new_tokens: int) -> None:
+        """A forward's new tokens, known once its batch is updated (tokens sampled after a
+        request's EOS are dropped): ``args`` are the forward span's, written on ``lane``."""
+        if self.builder is not None:
+            args["new_tokens"] = new_tokens  # the trace's args dict, not yet written out
+        elif new_tokens != args["new_tokens"]:
+            self.fold.settle(lane, int(args["step"]), new_tokens - int(args["new_tokens"]))
+
     def request_event(self, name: str, ts: float, rid: int, **args: Any) -> None:
         if self.builder is not None:
             self.builder.request_event(name, ts, rid, **args)
@@ -129,21 +160,26 @@ class Recorder:
         if self.builder is not None:
             return len(self.builder.events)
         pids = {S.LANE_IDS[lane][0] for lane in self.lanes}
-        spans = len(self.cols["ts"]) + sum(b["n"] for b in self.blocks)
+        spans = self.written["spans"] + self.buffered
+        instants = self.written["instants"] + len(self.inst["ts"])
         # a name and a sort index for each process and each lane
-        return 2 * (len(pids) + len(self.lanes)) + spans + len(self.inst["ts"]) + self.samples
+        return 2 * (len(pids) + len(self.lanes)) + spans + instants + self.samples
 
     def tables(self) -> dict[str, Any]:
-        """The span and instant tables (cbsim.metrics.MetricInputs' spans, instants, lanes)."""
+        """The run folded (cbsim.metrics.MetricInputs' fold and lanes)."""
+        self._fold(None)
+        lanes_out = [x for x in self.lanes if x != S.REQUESTS]
+        return {"fold": self.fold, "lanes": lanes_out}
+
+    def _drain(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The buffer as span and instant tables (the columns cbsim.metrics.inputs names),
+        emptied."""
         c = dict(self.cols)
         arg_list = c.pop("args")
         for k, d in {**ARG_DEFAULTS, "new_tokens": 0, "launch_bound_us": 0.0}.items():
             c[k] = [a.get(k, d) for a in arg_list]
-        for column, row, args in self.forward_args:
-            column[row] = args["new_tokens"]
         code = {lane: i for i, lane in enumerate(self.lanes)}
         blocks = self.blocks
-
         counts = [b["n"] for b in blocks]
 
         def col(key: str, dtype: Any) -> np.ndarray:
@@ -164,12 +200,14 @@ class Recorder:
             np.asarray([code[b["lane"]] for b in blocks], dtype=np.int64), counts
         )
         lanes = np.concatenate((lane_codes, block_codes))
+        times = span_columns(col("ts", np.float64), col("dur", np.float64))
         spans = pd.DataFrame(
             {
                 # compared often: categories are fast
                 "lane": pd.Categorical.from_codes(lanes.astype(np.int64), self.lanes),
                 "name": pd.array(col("name", object), dtype="str"),
-                **span_columns(col("ts", np.float64), col("dur", np.float64)),
+                **times,
+                "end": times["ts"] + times["dur"],
                 **{k: col(k, np.int64) for k in SPAN_COLUMNS[:4]},
                 "kind": pd.array(col("kind", object), dtype="str"),
                 "new_tokens": col("new_tokens", np.int64),
@@ -177,12 +215,17 @@ class Recorder:
             }
         )
         inst = dict(self.inst)
-        if any(self.inst_kind):
-            inst["kind"] = self.inst_kind
+        inst["kind"] = self.inst_kind
         rid = np.asarray(inst["rid"], dtype=np.float64)
         inst["rid"] = rid if np.isnan(rid).any() else rid.astype(np.int64)
-        lanes_out = [x for x in self.lanes if x != S.REQUESTS]
-        return {"spans": spans, "instants": pd.DataFrame(inst), "lanes": lanes_out}
+        self.written["spans"] += self.buffered
+        self.written["instants"] += len(self.inst["ts"])
+        self._empty_buffer()
+        return spans, pd.DataFrame(inst)
+
+
+def _nothing(now: float) -> None:
+    """fold_before of a run that keeps its trace."""
 
 
 def span_columns(ts: np.ndarray, dur: np.ndarray) -> dict[str, np.ndarray]:

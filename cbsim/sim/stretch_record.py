@@ -104,7 +104,7 @@ def _columns(
     waits = [
         w if w > 0.5 else 0.0 for w in ((e - s) - f for (s, e), f in zip(tl.compute, tl.forward))
     ]
-    forwards = rec.extend(
+    rec.extend(
         S.COMPUTE,
         S.GRAPH_REPLAY if c.graph else S.FORWARD,
         [b + split for b in busy] if not (carry and c.graph) else busy,
@@ -128,8 +128,6 @@ def _columns(
         fwd_args["launch_bound_us"] = waits[-1]
     if carry and c.graph:
         fwd_args["carry_over_us"] = c.carry_us
-    if carry:
-        rec.settle(forwards, fwd_args)
     return args, fwd_args
 
 
