@@ -12,6 +12,11 @@ request and at most every request alone; Poisson arrivals decode over the time r
 flight (each for its new tokens at a step the weights' streaming bounds). The per-step and
 per-event costs below are measured on this project's simulator (llama3_8b on h200, 32-2048
 requests, 2-core host): a step writes 8.2 events; an event is 280 bytes of JSON.
+
+Memory: a simulation that builds its trace (output.trace or output.report) holds every event
+until it is written; one that does not (both false, and a band's draws) folds its spans as it
+runs (cbsim.trace.fold) and holds a few numbers a step (benchmarks/bench_sim_memory.py). Both
+hold what the workload and the scheduler keep per request and per token.
 """
 
 from __future__ import annotations
@@ -35,8 +40,11 @@ JSON_BYTES_PER_EVENT = 280
 BASE_BYTES = 150e6
 # a built trace, its metric tables and the report's frames, per event (peak RSS, 256 requests)
 TRACED_BYTES_PER_EVENT = 2.0e3
-# without a trace: the metric columns and what the scheduler keeps, per step (2,048 requests)
-UNTRACED_BYTES_PER_STEP = 4.5e3
+# without a trace: the fold's numbers per step (a forward's step, end and tokens, each host
+# phase's duration) and their copies while joined (peak RSS: 117 bytes a step at 20K-80K steps)
+UNTRACED_BYTES_PER_STEP = 150
+# without a trace: the spans buffered before they are folded, and the folding's tables
+FOLD_BUFFER_BYTES = 30e6
 # a request's row, prompt ids (int32) and each output token (the scheduler's buffers)
 BYTES_PER_REQUEST = 600
 BYTES_PER_PROMPT_TOKEN = 4
@@ -67,6 +75,8 @@ class Estimate:
     trace_events: int  # the largest trace file's (a comparison's merged file holds both runs)
     trace_bytes: int
     memory_bytes: int
+    # the peak memory of the same simulation without a trace or a report (its spans folded)
+    untraced_memory_bytes: int
     wall_s: float
     span_s: float  # the last arrival, simulated seconds
     driver: str  # the key that makes the run this large, as key=value
@@ -133,13 +143,14 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
     trace_events = events * engines if engines > 1 else events
     fixed = BASE_BYTES + n * (BYTES_PER_REQUEST + w.prompt_len * BYTES_PER_PROMPT_TOKEN)
     fixed += n * w.gen_len * BYTES_PER_OUTPUT_TOKEN
+    # engines run one after the other: without a trace, one engine's fold at a time
+    untraced = fixed + steps * UNTRACED_BYTES_PER_STEP + FOLD_BUFFER_BYTES
     if cfg.mode.name == "runtime":
         memory = fixed + runtime_bytes(cfg) if cfg.mode.device.startswith("cpu") else fixed
         wall = STARTUP_S + steps * engines * decode_step_s(cfg)
     else:
         traced = bool(out.trace or out.report)
-        per_engine = events * TRACED_BYTES_PER_EVENT if traced else steps * UNTRACED_BYTES_PER_STEP
-        memory = fixed + per_engine * (engines if traced else 1)
+        memory = fixed + events * TRACED_BYTES_PER_EVENT * engines if traced else untraced
         rate = TRACED_STEPS_PER_S if traced else UNTRACED_STEPS_PER_S
         wall = (
             STARTUP_S
@@ -152,6 +163,7 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
         trace_events=trace_events if out.trace else 0,
         trace_bytes=trace_events * JSON_BYTES_PER_EVENT if out.trace else 0,
         memory_bytes=int(memory),
+        untraced_memory_bytes=int(untraced),
         wall_s=wall,
         span_s=span_s,
         driver=_driver(cfg, span_s, driver),
@@ -206,10 +218,23 @@ def check_size(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
             what = f"weights and KV cache of {_size(est.memory_bytes)} on mode.device={cfg.mode.device}"
         raise ConfigError(
             f"{est.driver}: {what}; over limits.max_memory_gb={limit / 1e9:.3g}"
-            f"{'' if source == 'set' else f' ({source})'}; allowed: a smaller run, or "
-            f"limits.max_memory_gb={math.ceil(est.memory_bytes / 1e9)} to run it anyway"
+            f"{'' if source == 'set' else f' ({source})'}; allowed: a smaller run, "
+            f"{_untraced_hint(cfg, est, limit)}"
+            f"or limits.max_memory_gb={math.ceil(est.memory_bytes / 1e9)} to run it anyway"
         )
     return est
+
+
+def _untraced_hint(cfg: CbsimConfig, est: Estimate, limit: int) -> str:
+    """The run without its trace and report, when that is what makes it fit."""
+    if cfg.mode.name != "sim" or est.untraced_memory_bytes >= est.memory_bytes:
+        return ""
+    if est.untraced_memory_bytes > limit:
+        return ""
+    return (
+        f"output.trace=false output.report=false (no trace kept: "
+        f"{_size(est.untraced_memory_bytes)}), "
+    )
 
 
 def unreadable(cfg: CbsimConfig, events: int) -> str | None:

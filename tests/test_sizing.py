@@ -18,7 +18,7 @@ from cbsim.config.hardware import HostRegimes
 from cbsim.rundir import RunLock
 from cbsim.sim import simulate
 from cbsim.sim.host_speed import HostSpeed
-from cbsim.sizing import check_size, estimate
+from cbsim.sizing import BYTES_PER_OUTPUT_TOKEN, check_size, estimate
 from cbsim.sweep.grid import run_grid
 from cbsim.trace import TraceError, read_trace, write_trace
 
@@ -50,6 +50,33 @@ def test_without_a_trace_a_million_requests_is_refused_on_memory_naming_the_over
     assert message.startswith("workload.num_requests=1000000: about 32,0")
     assert "over limits.max_memory_gb=" in message and "of this machine's" in message
     assert "limits.max_memory_gb=" in message.rsplit("allowed:", 1)[1]
+
+
+def test_without_a_trace_or_report_memory_grows_by_a_few_numbers_a_step():
+    """A run that keeps no trace folds its spans: 4x the steps add ~150 bytes a step besides
+    the scheduler's outputs, where a run that builds its trace (for the file or the report)
+    adds its events (2 KB each)."""
+    quiet = ["output.trace=false", "output.report=false"]
+    lengths = (16384, 65536)
+    short, long = (estimate(make_config([*quiet, f"workload.gen_len={n}"])) for n in lengths)
+    steps = long.steps - short.steps
+    assert steps > 40_000 and long.trace_bytes == 0
+    outputs = 32 * (lengths[1] - lengths[0]) * BYTES_PER_OUTPUT_TOKEN  # 32 requests' tokens
+    assert 100 * steps < long.memory_bytes - short.memory_bytes - outputs < 400 * steps
+    traced = estimate(make_config(["output.trace=false", f"workload.gen_len={lengths[1]}"]))
+    assert traced.memory_bytes - long.memory_bytes > 1000 * long.events
+    assert traced.untraced_memory_bytes == long.memory_bytes
+
+
+def test_a_run_over_memory_for_its_report_is_told_that_without_one_it_fits():
+    """output.trace=false alone still builds the trace, for the report."""
+    run = ["output.trace=false", "workload.gen_len=65536", "limits.max_memory_gb=1"]
+    with pytest.raises(ConfigError) as info:
+        check_size(make_config(run))
+    allowed = str(info.value).rsplit("allowed:", 1)[1]
+    assert "output.trace=false output.report=false (no trace kept: " in allowed
+    assert "limits.max_memory_gb=2 to run it anyway" in allowed
+    assert check_size(make_config([*run, "output.report=false"])).memory_bytes < 1e9
 
 
 def test_a_tiny_poisson_rate_is_refused_naming_the_rate():
