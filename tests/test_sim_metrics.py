@@ -182,8 +182,8 @@ def peak_rss(gen_len: int) -> tuple[int, int, int]:
 
 def test_a_run_without_a_trace_holds_no_span_however_many_steps_it_has():
     """4x the steps: the peak memory grows by the few numbers a step the percentiles and the
-    stalls' medians keep (about 110 bytes a step), not by the step's eight spans (kept as
-    columns of Python objects until the run ended, they took 4 KB a step)."""
+    stalls' medians keep (about 110 bytes a step), not by the step's eight spans (kept to the
+    run's end as columns of Python objects, a step's spans take 4 KB)."""
     short, long = peak_rss(20_000), peak_rss(80_000)
     steps, events = long[0] - short[0], long[1] - short[1]
     assert steps >= 60_000 and events >= 8 * steps
