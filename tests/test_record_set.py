@@ -24,7 +24,7 @@ CPU = ["mode.device=cpu", "model=tiny", "engine=sync"]
 TINY = {"a": ["workload.batch_size=2", "workload.prompt_len=8", "workload.gen_len=4"]}
 
 
-def record(out: Path, run_dir: Path, repeats: int, max_seconds: float) -> dict:
+def record(out: Path, run_dir: Path, repeats: int, max_seconds: float, **extra) -> dict:
     cfg = make_config(
         [
             "+experiment=record_set",
@@ -34,7 +34,7 @@ def record(out: Path, run_dir: Path, repeats: int, max_seconds: float) -> dict:
             "extra.set=smoke",
         ]
     )
-    cfg.extra.update(cases=TINY, **{"pass": CPU})
+    cfg.extra.update(cases=TINY, **{"pass": CPU}, **extra)
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_record_set(cfg, run_dir)
 
@@ -44,7 +44,7 @@ def test_a_set_is_recorded_per_repeat_and_resumed_by_the_next_command(tmp_path):
     # past its time budget after the first case: the second repeat is left for the next command
     first = record(out, tmp_path / "run1", repeats=2, max_seconds=5)
     assert first["recorded"] == ["r1/a"] and first["left"] == ["r2/a"] and not first["failed"]
-    second = record(out, tmp_path / "run2", repeats=1, max_seconds=600)
+    second = record(out, tmp_path / "run2", repeats=1, max_seconds=600, commit="abc1234")
     assert second["recorded"] == ["r2/a"], second
     for r in ("r1", "r2"):
         case = out / r / "a"
@@ -55,6 +55,8 @@ def test_a_set_is_recorded_per_repeat_and_resumed_by_the_next_command(tmp_path):
         yaml.safe_load((out / r / "a" / "manifest.yaml").read_text())["call"] for r in ("r1", "r2")
     }
     assert len(calls) == 2  # two commands: two device calls
+    # a copied tree's git may be stale: the command line's commit wins
+    assert yaml.safe_load((out / "r2" / "a" / "manifest.yaml").read_text())["commit"] == "abc1234"
     assert json.loads((tmp_path / "run2" / "record_set.json").read_text())["recorded"] == ["r2/a"]
     metrics = json.loads((out / "r2" / "a" / "metrics.json").read_text())
     assert metrics["engine"] == "sync" and metrics["generated_tokens"] == 2 * 4

@@ -36,6 +36,7 @@ EXTRA_KEYS = {
     "pass": "overrides put after every case's (the command line's own come after these)",
     "max_seconds": "no case is started past this many seconds; the next command resumes",
     "case_timeout_s": "a case's run is stopped after this many seconds",
+    "commit": "the cbsim commit for the manifests, where git cannot tell it (a copied tree)",
 }
 # the command line's overrides not passed on to the cases: this command's own
 OWN = ("+experiment", "experiment", "extra.", "+extra.", "++extra.", "hydra.", "task", "trace")
@@ -53,6 +54,7 @@ class RecordSet:
     passed: list[str] = field(default_factory=list)
     max_seconds: float = 540.0
     case_timeout_s: float = 300.0
+    commit: str = ""  # empty: git's HEAD of the checkout cbsim runs from
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any]) -> RecordSet:
@@ -84,6 +86,7 @@ class RecordSet:
             passed=[str(o) for o in extra.get("pass") or []],
             max_seconds=float(extra.get("max_seconds", 540.0)),
             case_timeout_s=float(extra.get("case_timeout_s", 300.0)),
+            commit=str(extra.get("commit") or ""),
         )
 
 
@@ -186,7 +189,7 @@ def write_manifest(folder: Path, s: RecordSet, call: str, cmd: list[str], info: 
         "stack": s.name,
         "call": call,
         "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": commit(),
+        "commit": s.commit or commit(),
         "command": "python " + " ".join(cmd[1:]),
         **info,
     }
