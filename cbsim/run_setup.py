@@ -8,6 +8,7 @@ The simulator (cbsim/sim/engine.py) and the runtime (runtime/engine.py) both sta
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,11 +49,15 @@ class RunSetup:
     requests: list[Request]  # as drawn from the workload, sorted by arrival
     scheduler: Scheduler  # every request added
     num_kv_blocks: int
-    arrivals: list[Arrival]
     io_slots: int
     fit: DeviceFit
     max_context: int  # the longest request, prompt + new tokens
     costs: CostModel  # the cost model of this config (the device-fit estimate uses it)
+
+    def arrivals(self) -> Iterator[Arrival]:
+        """Every request's arrival, in arrival order (a tuple a request, made as read)."""
+        for r in self.requests:
+            yield Arrival(r.rid, r.arrival_s, r.prompt_len, r.max_new_tokens)
 
 
 def engine_config(cfg: CbsimConfig, engine: str | None = None) -> EngineConfig:
@@ -78,13 +83,16 @@ def setup_run(
     engine: str | None = None,
     eos_token_id: int | None = None,
     eos_headroom: bool = False,
+    keep_tokens: bool = False,
 ) -> RunSetup:
     """Draw the requests (token ids below ``vocab_size``, default ``model.vocab_size``), size
     the KV cache, refuse a request that can never run (ConfigError naming it), estimate the
     device memory, and build the scheduler with every request added. ``eos_token_id`` ends a
     request early unless ``workload.ignore_eos``; ``eos_headroom``: the scheduler is told one
     more token may come after each drawn length (the simulator samples EOS as the last drawn
-    token, and a server cannot know where that falls)."""
+    token, and a server cannot know where that falls). ``keep_tokens``: the scheduler keeps
+    every prompt's and every output's token ids (the runtime feeds and returns them); without
+    them it keeps counts, and no prompt id is drawn (a simulation's memory per request)."""
     eng = engine_config(cfg, engine)
     w, model = cfg.workload, cfg.model
     requests = make_requests(w, model.vocab_size if vocab_size is None else vocab_size)
@@ -104,7 +112,7 @@ def setup_run(
         )
     except ValueError as exc:  # a drawn request that can never run: the config's fault
         raise ConfigError(str(exc)) from None
-    scheduler = Scheduler(w, num_kv_blocks, eos_token_id=eos)
+    scheduler = Scheduler(w, num_kv_blocks, eos_token_id=eos, keep_tokens=keep_tokens)
     scheduler.add_all(queued)
     io_slots = 1 if eng.name == "sync" else eng.io_slots
     costs = CostModel(cfg, max_context=max_context)
@@ -113,7 +121,6 @@ def setup_run(
         requests=requests,
         scheduler=scheduler,
         num_kv_blocks=num_kv_blocks,
-        arrivals=[Arrival(r.rid, r.arrival_s, r.prompt_len, r.max_new_tokens) for r in requests],
         io_slots=io_slots,
         fit=device_fit(cfg, eng, costs, num_kv_blocks, max_context, io_slots),
         max_context=max_context,
@@ -131,7 +138,7 @@ def with_eos_headroom(
     if kv_capacity_tokens is not None:
         room = min(room, kv_capacity_tokens)
     return [
-        dataclasses.replace(r, max_new_tokens=r.max_new_tokens + 1)
+        r.with_max_new_tokens(r.max_new_tokens + 1)
         if r.prompt_len + r.max_new_tokens <= room
         else r
         for r in requests

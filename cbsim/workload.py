@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,39 +33,87 @@ from cbsim.config.schema import WorkloadConfig
 MAX_LENGTH = 1 << 24  # the range workload.prompt_len and workload.gen_len allow
 
 
-@dataclass
 class Request:
-    """One generation request: a prompt and how many tokens to generate at most."""
+    """One generation request: a prompt and how many tokens to generate at most.
 
-    rid: int
-    arrival_s: float
-    prompt_ids: np.ndarray  # int32 token ids
-    max_new_tokens: int
+    ``prompt_ids`` is an array of token ids, or the ``PromptIds`` of the workload that drew the
+    request (``make_requests``): then the ids are drawn the first time anyone reads them. The
+    runtime reads them; the simulator reads ``prompt_len`` only, so a simulation of a million
+    requests holds a few numbers a request and no token id."""
+
+    __slots__ = ("rid", "arrival_s", "max_new_tokens", "_ids")
+
+    def __init__(
+        self, rid: int, arrival_s: float, prompt_ids: np.ndarray | PromptIds, max_new_tokens: int
+    ) -> None:
+        self.rid = rid
+        self.arrival_s = arrival_s
+        self.max_new_tokens = max_new_tokens
+        self._ids = prompt_ids
+
+    @property
+    def prompt_ids(self) -> np.ndarray:
+        """The prompt's token ids (int32 when drawn)."""
+        ids = self._ids
+        return ids[self.rid] if isinstance(ids, PromptIds) else ids
+
+    @prompt_ids.setter
+    def prompt_ids(self, ids: np.ndarray) -> None:
+        self._ids = ids
 
     @property
     def prompt_len(self) -> int:
-        return int(len(self.prompt_ids))
+        ids = self._ids
+        return ids.length(self.rid) if isinstance(ids, PromptIds) else int(len(ids))
+
+    def with_max_new_tokens(self, max_new_tokens: int) -> Request:
+        """The same request (same prompt, drawn or given) allowed ``max_new_tokens``."""
+        return Request(self.rid, self.arrival_s, self._ids, max_new_tokens)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(rid={self.rid}, arrival_s={self.arrival_s}, prompt_len={self.prompt_len}, "
+            f"max_new_tokens={self.max_new_tokens})"
+        )
+
+
+class PromptIds:
+    """The prompt token ids of every request ``make_requests`` drew, indexed by rid: one draw
+    of the workload's token-id stream (the same ids whoever reads first), made on first read."""
+
+    def __init__(self, seed: np.random.SeedSequence, vocab_size: int, lengths: np.ndarray) -> None:
+        self.seed = seed
+        self.vocab_size = vocab_size
+        self.lengths = lengths
+        self._ids: np.ndarray | None = None
+        self._offsets: np.ndarray | None = None
+
+    @property
+    def drawn(self) -> bool:
+        """Whether anyone has read an id (a simulation never does)."""
+        return self._ids is not None
+
+    def length(self, rid: int) -> int:
+        return int(self.lengths[rid])
+
+    def __getitem__(self, rid: int) -> np.ndarray:
+        if self._ids is None or self._offsets is None:
+            vocab = self.vocab_size
+            dtype = np.int32 if vocab <= np.iinfo(np.int32).max else np.int64
+            rng = np.random.default_rng(self.seed)
+            self._ids = rng.integers(0, vocab, size=int(self.lengths.sum()), dtype=dtype)
+            self._offsets = np.concatenate(([0], np.cumsum(self.lengths)))
+        return self._ids[self._offsets[rid] : self._offsets[rid + 1]]
 
 
 def make_requests(workload: WorkloadConfig, vocab_size: int) -> list[Request]:
-    """``workload.total_requests`` requests, sorted by arrival, rids 0..n-1, deterministic."""
+    """``workload.total_requests`` requests, sorted by arrival, rids 0..n-1, deterministic.
+    Their prompt ids are drawn when first read (``PromptIds``)."""
     if vocab_size < 1:
         raise ValueError(f"vocab_size={vocab_size} must be >= 1")
     prompt, gen, arrivals = draw_shapes(workload)
-    n = workload.total_requests
-    s_ids = np.random.SeedSequence(workload.seed).spawn(4)[3]
-    dtype = np.int32 if vocab_size <= np.iinfo(np.int32).max else np.int64
-    ids = np.random.default_rng(s_ids).integers(0, vocab_size, size=int(prompt.sum()), dtype=dtype)
-    offsets = np.concatenate(([0], np.cumsum(prompt)))
-    return [
-        Request(
-            rid=i,
-            arrival_s=float(arrivals[i]),
-            prompt_ids=ids[offsets[i] : offsets[i + 1]],
-            max_new_tokens=int(gen[i]),
-        )
-        for i in range(n)
-    ]
+    ids = PromptIds(np.random.SeedSequence(workload.seed).spawn(4)[3], vocab_size, prompt)
+    return [Request(i, a, ids, g) for i, (a, g) in enumerate(zip(arrivals.tolist(), gen.tolist()))]
 
 
 def draw_shapes(workload: WorkloadConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

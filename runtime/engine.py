@@ -116,6 +116,7 @@ def plan_run(
         vocab_size=facts.get("vocab_size"),
         engine=engine,
         eos_token_id=facts.get("eos_token_id"),
+        keep_tokens=True,  # prompts fed to the model, outputs returned
     )
     check_vocab(setup.requests, facts.get("vocab_size", config.model.vocab_size))
     if "max_position_embeddings" in facts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from conftest import make_config
 
@@ -13,12 +14,47 @@ def test_setup_draws_the_requests_queues_them_and_sizes_the_cache():
     cfg = make_config(["workload.batch_size=4", "workload.num_requests=6", "model=tiny"])
     s = setup_run(cfg, engine="async")
     assert [r.rid for r in s.requests] == list(range(6))
-    assert [a.rid for a in s.arrivals] == list(range(6))
-    assert s.arrivals[0].prompt_len == s.requests[0].prompt_len
+    arrivals = list(s.arrivals())
+    assert [a.rid for a in arrivals] == list(range(6))
+    assert arrivals[0].prompt_len == s.requests[0].prompt_len
     assert s.scheduler.num_waiting == 6
     w = cfg.workload
     assert s.num_kv_blocks == 6 * -(-(w.prompt_len + w.gen_len) // w.kv_block_size)
     assert s.max_context == w.prompt_len + w.gen_len
+
+
+def test_a_simulation_reads_no_prompt_id_and_the_runtime_s_setup_keeps_every_token(
+    monkeypatch,
+):
+    """The simulator's memory per request: its setup and its run never read a prompt id (the
+    workload never draws them) and its scheduler keeps counts; the runtime's setup keeps both."""
+    from cbsim.scheduler import run_to_completion
+    from cbsim.sim import simulate
+    from cbsim.workload import PromptIds
+
+    cfg = make_config(["workload.batch_size=4", "workload.num_requests=10", "model=tiny"])
+    cfg.workload.ignore_eos = False
+    real = PromptIds.__getitem__
+
+    def refuse(self, rid):
+        raise AssertionError("the simulation read a prompt id")
+
+    monkeypatch.setattr(PromptIds, "__getitem__", refuse)
+    for engine in ("sync", "async"):
+        assert simulate(cfg, engine).counters["requests_finished"] == 10
+    sim = setup_run(cfg, engine="async")
+    with pytest.raises(RuntimeError, match="keeps no output tokens"):
+        sim.scheduler.outputs(0)
+    monkeypatch.setattr(PromptIds, "__getitem__", real)
+    runtime = setup_run(cfg, engine="async", keep_tokens=True)
+    first = runtime.scheduler.schedule()
+    assert first is not None and first.kind == "prefill"
+    ids = np.concatenate([runtime.requests[r].prompt_ids for r in first.rids.tolist()])
+    assert np.array_equal(first.input_ids, ids)
+    sample = lambda b: np.full(b.num_samples, 5, dtype=np.int64)  # noqa: E731
+    runtime.scheduler.update(first, sample(first))
+    run_to_completion(runtime.scheduler, sample)
+    assert runtime.scheduler.outputs(0).tolist() == [5] * cfg.workload.gen_len
 
 
 def test_io_slots_are_decided_once_one_for_sync_the_config_s_for_async():

@@ -19,6 +19,21 @@ def test_fixed_offline_default_shape():
     assert ids.dtype in (np.int32, np.int64)
 
 
+def test_prompt_ids_are_one_draw_of_the_seed_s_stream_whoever_reads_first():
+    """The ids are drawn on first read (a simulation never reads them), all at once: reading
+    the last request first gives every request the ids the eager draw gave."""
+    w = WorkloadConfig(num_requests=30, prompt_dist="uniform", prompt_spread=0.5, seed=3)
+    reqs = make_requests(w, 1000)
+    backwards = [r.prompt_ids for r in reversed(reqs)][::-1]
+    stream = np.random.default_rng(np.random.SeedSequence(3).spawn(4)[3])
+    eager = stream.integers(0, 1000, size=sum(r.prompt_len for r in reqs), dtype=np.int32)
+    assert np.array_equal(np.concatenate(backwards), eager)
+    assert [ids.size for ids in backwards] == [r.prompt_len for r in reqs]
+    longer = reqs[4].with_max_new_tokens(reqs[4].max_new_tokens + 1)
+    assert np.array_equal(longer.prompt_ids, backwards[4])
+    assert (longer.rid, longer.arrival_s) == (reqs[4].rid, reqs[4].arrival_s)
+
+
 def test_deterministic_and_seed_dependent():
     w = WorkloadConfig(
         num_requests=20, prompt_dist="uniform", prompt_spread=0.5, arrival="poisson", rate=5.0

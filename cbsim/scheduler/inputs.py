@@ -1,6 +1,7 @@
 """The input ids of a batch with prompt chunks: prompt tokens, outputs already filled in (a
 recompute after preemption re-feeds them), and for decode rows the latest output or, while it is
-pending, a placeholder 0 that the carry-over fills."""
+pending, a placeholder 0 that the carry-over fills. A table that keeps no tokens gives 0 for the
+prompt and recompute ids (its rows hold the latest output only)."""
 
 from __future__ import annotations
 
@@ -52,14 +53,15 @@ def build_inputs(
     for j in np.flatnonzero(~decode).tolist():
         i = int(idx[j])
         s, e, p, o = int(start[j]), int(start[j] + q[j]), int(plen[j]), int(offs[j])
-        if e <= p:
-            ids[o : o + e - s] = t.prompts[i][s:e]
-            continue
-        nf = int(t.nfilled[i])
-        if e > p + nf:
+        if e > p + int(t.nfilled[i]):
             raise AssertionError(
                 f"request {int(t.rid[i])}: a {e - s}-token query needs outputs not filled"
             )
+        if not t.keep_tokens:
+            continue
+        if e <= p:
+            ids[o : o + e - s] = t.prompts[i][s:e]
+            continue
         t.flush_log()
         seq = np.concatenate(
             (

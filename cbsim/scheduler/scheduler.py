@@ -14,7 +14,7 @@ docstring (cbsim/scheduler/__init__.py) and docs/architecture.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 
 import numpy as np
 
@@ -42,13 +42,16 @@ class Scheduler:
     """Continuous-batching scheduler over a paged KV cache of ``num_kv_blocks`` blocks of
     ``workload.kv_block_size`` tokens (``None``: ``workload.kv_num_blocks``, which must then be
     set; see ``default_num_kv_blocks``). ``eos_token_id`` ends a request early unless
-    ``workload.ignore_eos``. Requests are identified by their ``rid`` (any int, unique)."""
+    ``workload.ignore_eos``. Requests are identified by their ``rid`` (any int, unique).
+    ``keep_tokens=False`` (the simulator, which reads no id): a request is a row of counts and
+    its latest output, and batches carry 0 for prompt and recompute ids; the same batches."""
 
     def __init__(
         self,
         workload: WorkloadConfig,
         num_kv_blocks: int | None = None,
         eos_token_id: int | None = None,
+        keep_tokens: bool = True,
     ) -> None:
         if num_kv_blocks is None:
             num_kv_blocks = workload.kv_num_blocks
@@ -63,7 +66,7 @@ class Scheduler:
         self.chunked_prefill = bool(workload.chunked_prefill)
         self.block_size = int(workload.kv_block_size)
         self.kv = KVBlockManager(num_kv_blocks, self.block_size)
-        self.table = RequestTable()
+        self.table = RequestTable(keep_tokens)
         self.blocks = BlockTables(self.kv, self.table)
         self.admission = Admission(
             self.table, self.blocks, self.max_batch_tokens, self.chunked_prefill
@@ -83,10 +86,12 @@ class Scheduler:
         """Queue a request. Requests are admitted FIFO; one that arrives earlier than the
         last queued one is slotted in by arrival time."""
         rid = int(request.rid)
-        if rid in self.table.index:
+        if self.table.has(rid):
             raise ValueError(f"request {rid} added twice")
-        prompt = np.asarray(request.prompt_ids)
-        plen, maxnew = int(prompt.size), int(request.max_new_tokens)
+        # without keep_tokens the prompt's ids are never read (a drawn request never draws them)
+        prompt = np.asarray(request.prompt_ids) if self.table.keep_tokens else None
+        plen = int(request.prompt_len) if prompt is None else int(prompt.size)
+        maxnew = int(request.max_new_tokens)
         if plen < 1 or maxnew < 1:
             raise ValueError(
                 f"request {rid}: prompt length {plen} and max_new_tokens {maxnew} must be >= 1"
@@ -102,11 +107,13 @@ class Scheduler:
                 f"request {rid}: prompt {plen} tokens exceeds workload.max_batch_tokens="
                 f"{self.max_batch_tokens} with chunked_prefill off"
             )
-        i = self.table.append(rid, float(request.arrival_s), prompt, maxnew)
+        i = self.table.append(rid, float(request.arrival_s), plen, prompt, maxnew)
         self.unfinished += 1
         self.admission.queue(i)
 
     def add_all(self, requests: Iterable[Request]) -> None:
+        if isinstance(requests, Sized):  # rows for all at once, not doubling past them
+            self.table.reserve(self.table.n + len(requests))
         for r in requests:
             self.add(r)
 
@@ -173,21 +180,22 @@ class Scheduler:
         }
 
     def outputs(self, rid: int) -> np.ndarray:
-        """The outputs of a request filled in so far (int64)."""
-        return self.table.outputs(self.table.index[rid])
+        """The outputs of a request filled in so far (int64); a RuntimeError without
+        ``keep_tokens`` (``num_outputs`` counts them)."""
+        return self.table.outputs(self.table.row(rid))
 
     def num_outputs(self, rid: int) -> int:
         """Outputs filled in so far (cheap: no copy of the tokens)."""
-        return int(self.table.nfilled[self.table.index[rid]])
+        return int(self.table.nfilled[self.table.row(rid)])
 
     def finish_reason(self, rid: int) -> str:
         """ "length" | "eos" once retired, else "" (cheap: no snapshot)."""
-        return REASONS[self.table.reason[self.table.index[rid]]]
+        return REASONS[self.table.reason[self.table.row(rid)]]
 
     def request(self, rid: int) -> RequestState:
-        """A snapshot of one request (copies its outputs)."""
+        """A snapshot of one request (copies its outputs, when kept)."""
         self.decode.sync()
-        return self.table.snapshot(self.table.index[rid])
+        return self.table.snapshot(self.table.row(rid))
 
     def rids(self) -> list[int]:
         return self.table.rid[: self.table.n].tolist()

@@ -1,5 +1,7 @@
 """The per-request table: one row per request (arrays indexed by the order of ``add``), the
 prompts, and the outputs (logged per update, moved into one flat buffer when someone reads them).
+A table that does not keep tokens (``keep_tokens=False``: the simulator) holds the rows only: a
+request's prompt and outputs are its counts and its latest output, whatever their length.
 
 Every other part of the scheduler reads and writes these rows; this part owns them, grows them,
 and answers the queries over them (``RequestState`` snapshots, outputs).
@@ -47,16 +49,14 @@ class RequestState:
     prompt_len: int
     max_new_tokens: int
     status: str  # "waiting" | "running" | "finishing" (last output scheduled) | "finished"
-    outputs: np.ndarray  # int64, the outputs filled in so far (the EOS token included)
+    # int64, the outputs filled in so far (the EOS token included); None: tokens not kept
+    outputs: np.ndarray | None
+    num_outputs: int  # outputs filled in so far
     num_scheduled: int  # outputs committed by schedule(), pending ones included
     first_token_step: int  # step of the batch that produced output 0; -1 before
     finish_step: int  # step of the batch whose update() retired it; -1 before
     finish_reason: str  # "" | "length" | "eos"
     num_preemptions: int
-
-    @property
-    def num_outputs(self) -> int:
-        return int(self.outputs.size)
 
 
 class RequestTable:
@@ -79,12 +79,15 @@ class RequestTable:
     npreempt: np.ndarray
     outoff: np.ndarray
 
-    def __init__(self) -> None:
+    def __init__(self, keep_tokens: bool = True) -> None:
+        self.keep_tokens = keep_tokens
         self.n = 0
         self.cap = 0
         self.grow(64)
         self.prompts: list[np.ndarray] = []
-        self.index: dict[int, int] = {}
+        # the row of each rid that is not its own row (a workload's rids are 0..n-1 added in
+        # order: none, so a million requests hold no dict entry each)
+        self.moved: dict[int, int] = {}
         # a max_new_tokens segment per request, given at its first flush
         self.outbuf = np.zeros(0, dtype=np.int64)
         self.outbuf_top = 0
@@ -98,30 +101,56 @@ class RequestTable:
             setattr(self, name, new)
         self.cap = cap
 
-    def append(self, rid: int, arrival_s: float, prompt: np.ndarray, max_new: int) -> int:
-        """A new row (waiting, nothing computed); returns its index."""
+    def row(self, rid: int) -> int:
+        """The row of request ``rid``; a KeyError when it was never added."""
+        if 0 <= rid < self.n and self.rid[rid] == rid:  # rids are unique: this row is rid's
+            return int(rid)
+        return self.moved[rid]
+
+    def has(self, rid: int) -> bool:
+        return (0 <= rid < self.n and self.rid[rid] == rid) or rid in self.moved
+
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` rows in all (a known number of requests: no doubling past it)."""
+        if rows > self.cap:
+            self.grow(rows)
+
+    def append(
+        self, rid: int, arrival_s: float, plen: int, prompt: np.ndarray | None, max_new: int
+    ) -> int:
+        """A new row (waiting, nothing computed); returns its index. ``prompt``: the ids, kept
+        when the table keeps tokens."""
         if self.n == self.cap:
             self.grow(2 * self.cap)
         i = self.n
         self.n += 1
-        self.index[rid] = i
-        self.prompts.append(prompt)
+        if rid != i:
+            self.moved[rid] = i
+        if self.keep_tokens:
+            self.prompts.append(prompt)
         self.rid[i] = rid
         self.arrival[i] = arrival_s
-        self.plen[i] = prompt.size
+        self.plen[i] = plen
         self.maxnew[i] = max_new
         return i
 
     def log_tokens(self, rows: np.ndarray, tokens: np.ndarray) -> None:
         """Outputs of one update (in order per request), moved into the buffer when read or
         when LOG_UPDATES are waiting (a long run nobody reads outputs of keeps 8 bytes a token
-        in the buffer, not two arrays a step in the log)."""
+        in the buffer, not two arrays a step in the log); nothing without ``keep_tokens``."""
+        if not self.keep_tokens:
+            return
         self.log.append((rows, tokens))
         if len(self.log) >= LOG_UPDATES:
             self.flush_log()
 
     def outputs(self, i: int) -> np.ndarray:
         """The outputs of row ``i`` filled in so far (int64, a copy)."""
+        if not self.keep_tokens:
+            raise RuntimeError(
+                f"request {int(self.rid[i])}: this scheduler keeps no output tokens "
+                "(keep_tokens=False); num_outputs counts them"
+            )
         self.flush_log()
         n = int(self.nfilled[i])
         off = int(self.outoff[i])
@@ -134,7 +163,8 @@ class RequestTable:
             prompt_len=int(self.plen[i]),
             max_new_tokens=int(self.maxnew[i]),
             status=STATUS[self.state[i]],
-            outputs=self.outputs(i),
+            outputs=self.outputs(i) if self.keep_tokens else None,
+            num_outputs=int(self.nfilled[i]),
             num_scheduled=int(self.nsched[i]),
             first_token_step=int(self.first[i]),
             finish_step=int(self.finish[i]),

@@ -96,5 +96,5 @@ class TokenUpdate:
             self.last_first_token_rids = []
         t.nfilled[rows] += k
         t.lasttok[rows] = token
-        # one token value: each row's k outputs side by side is the order update would log
-        t.log_tokens(np.repeat(rows, k), np.full(rows.size * k, token, dtype=np.int64))
+        if t.keep_tokens:  # one token value: each row's k outputs side by side, as update logs
+            t.log_tokens(np.repeat(rows, k), np.full(rows.size * k, token, dtype=np.int64))

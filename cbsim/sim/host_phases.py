@@ -79,10 +79,19 @@ class HostPhases(HostState):
         return batch
 
     def _scheduled_instants(self, batch: Batch, now: float) -> None:
-        for rid, start in zip(batch.rids.tolist(), batch.start_pos.tolist()):
-            if start == 0 and rid not in self._admitted:
-                self._admitted.add(rid)
-                self.rec.request_event(S.SCHEDULED, now, rid, step=batch.step)
+        """A "scheduled" instant for each request the batch admits for the first time."""
+        first = batch.start_pos == 0
+        if not first.any():
+            return
+        rows, rids = batch.idx[first], batch.rids[first]
+        if int(rows.max()) >= self._admitted.size:  # requests added after the setup
+            grown = np.zeros(self.sched.table.n, dtype=bool)
+            grown[: self._admitted.size] = self._admitted
+            self._admitted = grown
+        new = ~self._admitted[rows]
+        self._admitted[rows] = True
+        for rid in rids[new].tolist():
+            self.rec.request_event(S.SCHEDULED, now, rid, step=batch.step)
 
     def idle_until_arrival(self):
         """Nothing to run and nothing in flight: sleep until the next request arrives. The

@@ -12,6 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from cbsim.config.schema import CbsimConfig
 from cbsim.run_setup import RunSetup
 from cbsim.scheduler import Batch
@@ -78,7 +80,8 @@ class HostState:
         self._last_counters: dict[str, int] = {}
         self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
         self._asked_us = 0.0  # when the last schedule phase asked the scheduler (host_phases.py)
-        self._admitted: set[int] = set()  # rids whose "scheduled" instant is written
+        # by scheduler row: whether the request's "scheduled" instant is written
+        self._admitted = np.zeros(self.sched.table.n, dtype=bool)
         self.hazards = HazardLog(self.rec)
         self.slots = SlotTracker(setup.io_slots, self.hazards)
         self.launches = 0
@@ -89,7 +92,7 @@ class HostState:
         self.lane_busy_us: Counter[str] = Counter()
         self.n = Counter()  # steps, tokens, blocks, graph/eager steps, ...
         self.fast_forward_on = True  # steady stretches at once (fast_forward.py)
-        for a in setup.arrivals:
+        for a in setup.arrivals():
             self.rec.request_event(
                 S.ARRIVAL,
                 a.arrival_s * 1e6,
