@@ -6,8 +6,10 @@ step's spans; the trace is read-only once built). Without one, the same calls fi
 the columns metrics read (times rounded to the nanosecond as a trace stores them), folded into
 a cbsim.trace.TraceFold every CHUNK_SPANS spans (``fold_before``: the spans that start before
 the clock; nothing written later starts earlier), so the metrics are the trace's by
-construction and the run's memory does not grow with its steps. runtime/recorder.py is the
-runtime's counterpart.
+construction and the run's memory does not grow with its steps. Instants are folded by
+themselves every CHUNK_SPANS of them too (the fold joins a request's rows whatever chunks they
+came in), so a run of many requests holds a row a request, not its four instants.
+runtime/recorder.py is the runtime's counterpart.
 """
 
 from __future__ import annotations
@@ -61,9 +63,12 @@ class Recorder:
         # one entry per span recorded one at a time; the args dicts are read when folded
         self.cols: dict[str, list[Any]] = {k: [] for k in ("lane", "name", "ts", "dur", "args")}
         self.blocks: list[dict[str, Any]] = []  # many spans of one lane and name (extend)
+        self.buffered = 0
+        self._empty_instants()
+
+    def _empty_instants(self) -> None:
         self.inst: dict[str, list[Any]] = {k: [] for k in INSTANT_COLUMNS}
         self.inst_kind: list[str] = []
-        self.buffered = 0
 
     # ---- without a trace: columns, folded ----------------------------------------------------
     def _span(self, lane: str, name: str, ts: float, dur: float, args: dict[str, Any]) -> None:
@@ -99,6 +104,8 @@ class Recorder:
         i["tokens"].append(tokens)
         i["prompt_len"].append(prompt_len)
         self.inst_kind.append(kind)
+        if len(self.inst_kind) >= self.chunk:
+            self.fold.add(_NO_SPANS, self._drain_instants())
 
     def extend(self, lane: str, name: str, ts: list[float], dur: list[float], **args: Any) -> None:
         """Many spans of one lane and name at once (args: a column list or one value each)."""
@@ -214,14 +221,24 @@ class Recorder:
                 "launch_bound_us": col("launch_bound_us", np.float64),
             }
         )
+        self.written["spans"] += self.buffered
+        instants = self._drain_instants()
+        self._empty_buffer()
+        return spans, instants
+
+    def _drain_instants(self) -> pd.DataFrame:
+        """The instant buffer as a table (cbsim.metrics.inputs' columns), emptied."""
         inst = dict(self.inst)
         inst["kind"] = self.inst_kind
         rid = np.asarray(inst["rid"], dtype=np.float64)
         inst["rid"] = rid if np.isnan(rid).any() else rid.astype(np.int64)
-        self.written["spans"] += self.buffered
         self.written["instants"] += len(self.inst["ts"])
-        self._empty_buffer()
-        return spans, pd.DataFrame(inst)
+        self._empty_instants()
+        return pd.DataFrame(inst)
+
+
+# what an instants-only fold passes for its spans
+_NO_SPANS = pd.DataFrame()
 
 
 def _nothing(now: float) -> None:
