@@ -16,7 +16,9 @@ requests, 2-core host): a step writes 8.2 events; an event is 280 bytes of JSON.
 Memory: a simulation that builds its trace (output.trace or output.report) holds every event
 until it is written; one that does not (both false, and a band's draws) folds its spans as it
 runs (cbsim.trace.fold) and holds a few numbers a step (benchmarks/bench_sim_memory.py). Both
-hold what the workload and the scheduler keep per request and per token.
+hold a few hundred bytes a request and a few a KV block, and no token id: the workload draws
+prompt ids only for a back end that reads them and the simulator's scheduler keeps counts
+(cbsim.workload.PromptIds, Scheduler(keep_tokens=False)). The runtime keeps every token id.
 """
 
 from __future__ import annotations
@@ -45,7 +47,16 @@ TRACED_BYTES_PER_EVENT = 2.0e3
 UNTRACED_BYTES_PER_STEP = 150
 # without a trace: the spans buffered before they are folded, and the folding's tables
 FOLD_BUFFER_BYTES = 30e6
-# a request's row, prompt ids (int32) and each output token (the scheduler's buffers)
+# a simulation's request: its scheduler row, its Request, its row in the fold (peak RSS grew 541
+# bytes a request from 50K to 200K requests of 16 + 4 tokens without a trace, 1,724 while the
+# token ids were kept: benchmarks/bench_sim_memory.py, "many requests")
+SIM_BYTES_PER_REQUEST = 550
+# a simulation's KV block (of the cache, and of an admitted request's block table): the block
+# manager's 9 bytes (free stack, used map, scratch) and the table's 4, as allocated; peak RSS
+# grew 8.2 bytes a block (benchmarks/bench_sim_memory.py, "long prompts")
+SIM_BYTES_PER_KV_BLOCK = 13
+# the runtime's request: its row, prompt ids (int32) and each output token (the scheduler's
+# buffers: it feeds the prompts and returns the outputs)
 BYTES_PER_REQUEST = 600
 BYTES_PER_PROMPT_TOKEN = 4
 BYTES_PER_OUTPUT_TOKEN = 16
@@ -136,13 +147,10 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
     """The size of ``cfg``'s run (``in_sweep``: as a sweep's job decides its outputs)."""
     out = cfg.output.decided(in_sweep)
     steps, span_s, driver = estimate_steps(cfg)
-    w = cfg.workload
-    n = w.total_requests
     engines = 2 if cfg.engine.name == "compare" else 1
     events = int(steps * EVENTS_PER_STEP)
     trace_events = events * engines if engines > 1 else events
-    fixed = BASE_BYTES + n * (BYTES_PER_REQUEST + w.prompt_len * BYTES_PER_PROMPT_TOKEN)
-    fixed += n * w.gen_len * BYTES_PER_OUTPUT_TOKEN
+    fixed = BASE_BYTES + request_bytes(cfg)
     # engines run one after the other: without a trace, one engine's fold at a time
     untraced = fixed + steps * UNTRACED_BYTES_PER_STEP + FOLD_BUFFER_BYTES
     if cfg.mode.name == "runtime":
@@ -181,6 +189,18 @@ def _driver(cfg: CbsimConfig, span_s: float, steps_driver: str) -> str:
 def band_draws(cfg: CbsimConfig, in_sweep: bool) -> int:
     """Simulations the bands add (cbsim.bands: both engines per draw), 0 without bands."""
     return 2 * cfg.hardware.host.spread.draws if wants_bands(cfg, in_sweep) else 0
+
+
+def request_bytes(cfg: CbsimConfig) -> int:
+    """What the requests hold on the host: a simulation's rows and KV blocks, or the
+    runtime's rows and token ids."""
+    w = cfg.workload
+    n = w.total_requests
+    if cfg.mode.name == "runtime":
+        per_token = w.prompt_len * BYTES_PER_PROMPT_TOKEN + w.gen_len * BYTES_PER_OUTPUT_TOKEN
+        return n * (BYTES_PER_REQUEST + per_token)
+    blocks = n * -(-(w.prompt_len + w.gen_len) // w.kv_block_size)
+    return n * SIM_BYTES_PER_REQUEST + blocks * SIM_BYTES_PER_KV_BLOCK
 
 
 def runtime_bytes(cfg: CbsimConfig) -> int:

@@ -1,11 +1,13 @@
 """Metrics without a trace: the simulator's run folded as it runs gives the numbers
 compute_metrics gives from its trace (to 1e-9), on random workloads with arrivals, EOS, chunked
 prefill, preemption, stalls and the hazard what-ifs, folded in small chunks; the counts agree
-exactly; and the memory of a run without a trace does not grow with its steps."""
+exactly; and the memory of a run without a trace does not grow with its steps, nor with its
+requests by more than a few hundred bytes each (no token id kept)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import subprocess
@@ -150,14 +152,15 @@ def test_a_run_s_metrics_are_the_same_with_the_trace_kept_or_not(tmp_path, overr
 
 
 MEMORY_SCRIPT = """
-import resource, sys
+import json, resource, sys
 from sim_harness import make
 from cbsim.metrics import MetricInputs, metrics_from
 from cbsim.sim import simulate
-cfg = make(batch_size=4, num_requests=4, prompt_len=32, gen_len=int(sys.argv[1]))
-r = simulate(cfg, "async", fast_forward=False)
+cfg = make(**json.loads(sys.argv[1]))
+r = simulate(cfg, "async", fast_forward=sys.argv[2] == "ff")
 m = metrics_from(MetricInputs(**r.tables))
 assert m["steps"] == r.counters["steps"]
+assert m["requests_finished"] == r.counters["requests"] == cfg.workload.total_requests
 print(m["steps"], r.counters["trace_events"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
@@ -166,9 +169,16 @@ def peak_rss(gen_len: int) -> tuple[int, int, int]:
     """(steps, trace events, peak RSS bytes) of an async run without a trace, stepped one step
     at a time (every span written by itself, none at once by the fast-forward), in a fresh
     interpreter."""
+    return run_peak_rss({"batch_size": 4, "num_requests": 4, "gen_len": gen_len}, False)
+
+
+def run_peak_rss(workload: dict, fast_forward: bool) -> tuple[int, int, int]:
+    """(steps, trace events, peak RSS bytes) of an async run of ``workload`` (sim_harness.make)
+    without a trace, in a fresh interpreter."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
+    args = [json.dumps(workload), "ff" if fast_forward else "step"]
     res = subprocess.run(
-        [sys.executable, "-c", MEMORY_SCRIPT, str(gen_len)],
+        [sys.executable, "-c", MEMORY_SCRIPT, *args],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -189,3 +199,16 @@ def test_a_run_without_a_trace_holds_no_span_however_many_steps_it_has():
     assert steps >= 60_000 and events >= 8 * steps
     grew = long[2] - short[2]
     assert grew < 400 * steps, f"{grew / steps:.0f} bytes a step"
+
+
+@pytest.mark.slow
+def test_a_run_without_a_trace_holds_a_few_hundred_bytes_a_request_and_no_token_id():
+    """4x the requests (short ones in large batches: few steps, 16 + 4 tokens each): the peak
+    grows by each request's scheduler row, Request and folded row, under 1 KB a request
+    (benchmarks/bench_sim_memory.py: about 540), not by its prompt's and outputs' token ids
+    or its four request instants (1.7 KB a request while they were kept)."""
+    wl = {"prompt_len": 16, "gen_len": 4, "batch_size": 4096, "max_batch_tokens": 65536}
+    small, large = (run_peak_rss({**wl, "num_requests": n}, True) for n in (20_000, 80_000))
+    grew = large[2] - small[2]
+    assert large[0] < 200  # steps: what grows is the requests
+    assert grew < 1000 * 60_000, f"{grew / 60_000:.0f} bytes a request"

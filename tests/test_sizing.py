@@ -18,7 +18,13 @@ from cbsim.config.hardware import HostRegimes
 from cbsim.rundir import RunLock
 from cbsim.sim import simulate
 from cbsim.sim.host_speed import HostSpeed
-from cbsim.sizing import BYTES_PER_OUTPUT_TOKEN, check_size, estimate
+from cbsim.sizing import (
+    BYTES_PER_OUTPUT_TOKEN,
+    SIM_BYTES_PER_KV_BLOCK,
+    check_size,
+    estimate,
+    request_bytes,
+)
 from cbsim.sweep.grid import run_grid
 from cbsim.trace import TraceError, read_trace, write_trace
 
@@ -42,27 +48,40 @@ def test_a_million_requests_is_refused_in_one_line_before_any_directory_exists(t
     assert not run_dir.exists()
 
 
-def test_without_a_trace_a_million_requests_is_refused_on_memory_naming_the_override():
-    config = make_config([MILLION, "output.trace=false", "output.report=false"])
+def test_without_a_trace_a_million_requests_fit_a_16_gb_machine_holding_no_token_id():
+    """Issue #41: 1M requests of 256 + 1,024 tokens, 32M steps. The simulator keeps no token
+    id (16 GB where it did): its steps' fold (4.8 GB) and a row a request (0.55 GB) and its KV
+    blocks (1 GB). A smaller limit is refused naming the override."""
+    quiet = [MILLION, "output.trace=false", "output.report=false"]
+    est = check_size(make_config([*quiet, "limits.max_memory_gb=16"]))
+    assert 5e9 < est.memory_bytes < 8e9
     with pytest.raises(ConfigError) as info:
-        check_size(config)
+        check_size(make_config([*quiet, "limits.max_memory_gb=4"]))
     message = str(info.value)
     assert message.startswith("workload.num_requests=1000000: about 32,0")
-    assert "over limits.max_memory_gb=" in message and "of this machine's" in message
+    assert "over limits.max_memory_gb=4" in message
     assert "limits.max_memory_gb=" in message.rsplit("allowed:", 1)[1]
+
+
+def test_the_runtime_is_sized_with_its_token_ids_and_the_simulator_without():
+    run = ["workload.num_requests=1000", "workload.prompt_len=256", "workload.gen_len=2048"]
+    tokens = 1000 * (256 + 2048)
+    assert request_bytes(make_config(run)) < 2 * tokens  # KV blocks: 13 bytes a 16 tokens
+    runtime = request_bytes(make_config([*run, "mode=runtime", "model=tiny"]))
+    assert runtime > 1000 * 2048 * BYTES_PER_OUTPUT_TOKEN
 
 
 def test_without_a_trace_or_report_memory_grows_by_a_few_numbers_a_step():
     """A run that keeps no trace folds its spans: 4x the steps add ~150 bytes a step besides
-    the scheduler's outputs, where a run that builds its trace (for the file or the report)
+    the KV blocks of the longer requests, where a run that builds its trace (for the file or the report)
     adds its events (2 KB each)."""
     quiet = ["output.trace=false", "output.report=false"]
     lengths = (16384, 65536)
     short, long = (estimate(make_config([*quiet, f"workload.gen_len={n}"])) for n in lengths)
     steps = long.steps - short.steps
     assert steps > 40_000 and long.trace_bytes == 0
-    outputs = 32 * (lengths[1] - lengths[0]) * BYTES_PER_OUTPUT_TOKEN  # 32 requests' tokens
-    assert 100 * steps < long.memory_bytes - short.memory_bytes - outputs < 400 * steps
+    blocks = 32 * (lengths[1] - lengths[0]) // 16 * SIM_BYTES_PER_KV_BLOCK  # 32 requests'
+    assert 100 * steps < long.memory_bytes - short.memory_bytes - blocks < 400 * steps
     traced = estimate(make_config(["output.trace=false", f"workload.gen_len={lengths[1]}"]))
     assert traced.memory_bytes - long.memory_bytes > 1000 * long.events
     assert traced.untraced_memory_bytes == long.memory_bytes
@@ -126,11 +145,13 @@ def test_the_step_estimate_is_within_a_fifth_of_the_simulators_count(overrides):
 
 
 def test_the_api_and_the_grid_refuse_the_same_run(tmp_path):
+    """Over 4 GB both ways: the API's run keeps its traces, the grid's folds them (6 GB)."""
+    run = [MILLION, "limits.max_memory_gb=4"]
     with pytest.raises(ConfigError, match="workload.num_requests=1000000"):
-        cbsim.simulate(MILLION)
+        cbsim.simulate(*run)
     out = tmp_path / "grid"
     with pytest.raises(ConfigError, match="workload.num_requests=1000000: about"):
-        run_grid(out, [MILLION])
+        run_grid(out, run)
     assert not out.exists()
 
 
