@@ -1,7 +1,7 @@
 """Peak memory of a simulation with its trace kept and without: does it grow with the steps
 or with the requests?
 
-    python benchmarks/bench_sim_memory.py           # the rows below (about 3 minutes, 2 cores)
+    python benchmarks/bench_sim_memory.py           # the rows below (about 80 s, 2 cores)
     python benchmarks/bench_sim_memory.py --quick   # the smaller of each pair
 
 Each row runs in a fresh interpreter: one engine (async, llama3_1b on the h200 profile, Hydra's

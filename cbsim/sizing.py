@@ -47,13 +47,13 @@ TRACED_BYTES_PER_EVENT = 2.0e3
 UNTRACED_BYTES_PER_STEP = 150
 # without a trace: the spans buffered before they are folded, and the folding's tables
 FOLD_BUFFER_BYTES = 30e6
-# a simulation's request: its scheduler row, its Request, its row in the fold (peak RSS grew 541
-# bytes a request from 50K to 200K requests of 16 + 4 tokens without a trace, 1,724 while the
-# token ids were kept: benchmarks/bench_sim_memory.py, "many requests")
-SIM_BYTES_PER_REQUEST = 550
+# a simulation's request: its scheduler row, its Request, its row in the fold (peak RSS grew
+# 541-557 bytes a request from 50K to 200K requests of 16 + 4 tokens without a trace, two runs;
+# 1,724 while the token ids were kept: benchmarks/bench_sim_memory.py, "many requests")
+SIM_BYTES_PER_REQUEST = 560
 # a simulation's KV block (of the cache, and of an admitted request's block table): the block
 # manager's 9 bytes (free stack, used map, scratch) and the table's 4, as allocated; peak RSS
-# grew 8.2 bytes a block (benchmarks/bench_sim_memory.py, "long prompts")
+# grew 8.2-9.3 bytes a block (benchmarks/bench_sim_memory.py, "long prompts")
 SIM_BYTES_PER_KV_BLOCK = 13
 # the runtime's request: its row, prompt ids (int32) and each output token (the scheduler's
 # buffers: it feeds the prompts and returns the outputs)
@@ -63,6 +63,10 @@ BYTES_PER_OUTPUT_TOKEN = 16
 # simulated steps a second of wall time on this 2-core host (traced: the trace built and written)
 TRACED_STEPS_PER_S = 4e3
 UNTRACED_STEPS_PER_S = 5e3
+# a simulated request's own wall time (drawn, queued, admitted, retired, folded): 24.7 us from
+# 50K to 200K requests of few steps (benchmarks/bench_sim_memory.py, "many requests"); 23 us in
+# a 1M-request run of 78K steps (128 + 16 tokens, batch 256, engine=async, 42 s)
+SIM_S_PER_REQUEST = 25e-6
 # starting Python, composing the config, writing the report
 STARTUP_S = 3.0
 # the limit on memory when limits.max_memory_gb is None: this share of physical memory
@@ -160,10 +164,11 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
         traced = bool(out.trace or out.report)
         memory = fixed + events * TRACED_BYTES_PER_EVENT * engines if traced else untraced
         rate = TRACED_STEPS_PER_S if traced else UNTRACED_STEPS_PER_S
+        requests_s = cfg.workload.total_requests * SIM_S_PER_REQUEST  # each simulation
         wall = (
             STARTUP_S
-            + steps * engines / rate
-            + band_draws(cfg, in_sweep) * steps / UNTRACED_STEPS_PER_S
+            + engines * (steps / rate + requests_s)
+            + band_draws(cfg, in_sweep) * (steps / UNTRACED_STEPS_PER_S + requests_s)
         )
     return Estimate(
         steps=steps,

@@ -50,7 +50,7 @@ def test_a_million_requests_is_refused_in_one_line_before_any_directory_exists(t
 
 def test_without_a_trace_a_million_requests_fit_a_16_gb_machine_holding_no_token_id():
     """Issue #41: 1M requests of 256 + 1,024 tokens, 32M steps. The simulator keeps no token
-    id (16 GB where it did): its steps' fold (4.8 GB) and a row a request (0.55 GB) and its KV
+    id (16 GB where it did): its steps' fold (4.8 GB) and a row a request (0.56 GB) and its KV
     blocks (1 GB). A smaller limit is refused naming the override."""
     quiet = [MILLION, "output.trace=false", "output.report=false"]
     est = check_size(make_config([*quiet, "limits.max_memory_gb=16"]))
