@@ -7,6 +7,9 @@ step the numbers percentiles and medians need (a forward's step, end and tokens;
 phase's duration), per request one row of a table, and never a span: a run without a trace
 keeps no more than that, however many steps it has.
 
+Per step the fold also keeps the GPU lane's busy time up to the step's last forward end and its
+batch kind (code in BATCH_KINDS), so a report without a trace draws its per-step charts.
+
 Chunks come in time order: every span of a later chunk starts at or after every span of an
 earlier one (a simulation folds the spans that start before its clock, whatever it writes next
 starts later). Busy blocks, GPU idle gaps and steps that straddle two chunks are joined exactly;
@@ -31,6 +34,10 @@ IDLE_PARTS = ("host_wait", "kernel_wait", "other")
 GPU_LANES = (S.COMPUTE, S.DEFAULT)
 # host-phase durations and request rows wait in this many pieces before they are joined
 PIECES = 64
+# a step's batch kind as a small code (per_step's ``kind``): its index here, -1 when unknown
+KIND_CODES = {kind: i for i, kind in enumerate(S.BATCH_KINDS)}
+# a GPU lane's forwards per step, within a chunk and across chunks' pieces
+STEP_JOIN = {"end": "max", "tokens": "sum", "busy": "max", "kind": "max"}
 
 
 def in_time_order(spans: pd.DataFrame) -> pd.DataFrame:
@@ -76,6 +83,18 @@ def busy_blocks(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return ts[first], running[last]
 
 
+def busy_before(blocks_s: np.ndarray, blocks_e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time of disjoint sorted blocks up to each time in t."""
+    if len(blocks_s) == 0:
+        return np.zeros(len(t))
+    cum = np.concatenate([[0.0], np.cumsum(blocks_e - blocks_s)])
+    i = np.searchsorted(blocks_s, t, side="right")  # blocks starting at or before t
+    partial = np.where(
+        i > 0, np.minimum(t, blocks_e[np.maximum(i - 1, 0)]) - blocks_s[np.maximum(i - 1, 0)], 0.0
+    )
+    return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(partial, 0.0)
+
+
 @dataclass
 class Lane:
     """One lane's spans: how many, the union of their times, eager forwards' launch waits."""
@@ -84,6 +103,8 @@ class Lane:
     closed_us: float = 0.0  # busy blocks that ended before the last chunk's
     block: tuple[float, float] | None = None  # the busy block the next chunk may extend
     launch_bound_us: float = 0.0
+    # the last chunk's busy blocks and the busy time closed before them (busy_upto)
+    chunk: tuple[float, np.ndarray, np.ndarray] = (0.0, np.empty(0), np.empty(0))
 
     def add(self, ts: np.ndarray, end: np.ndarray, launch_bound: np.ndarray) -> None:
         self.spans += len(ts)
@@ -91,8 +112,15 @@ class Lane:
         if self.block is not None:
             ts, end = np.append(self.block[0], ts), np.append(self.block[1], end)
         starts, ends = busy_blocks(ts, end)
+        self.chunk = (self.closed_us, starts, ends)
         self.closed_us += float((ends[:-1] - starts[:-1]).sum())
         self.block = (float(starts[-1]), float(ends[-1]))
+
+    def busy_upto(self, t: np.ndarray) -> np.ndarray:
+        """The lane's busy time from its start up to each time in t (times of the last chunk:
+        what a later chunk adds starts after them on a lane whose spans do not overlap)."""
+        closed, starts, ends = self.chunk
+        return closed + busy_before(starts, ends, t)
 
     @property
     def busy_us(self) -> float:
@@ -101,7 +129,8 @@ class Lane:
 
 @dataclass
 class Forwards:
-    """A GPU lane's forwards: sums, and per step its last end and its new tokens."""
+    """A GPU lane's forwards: sums, and per step its last end, its new tokens, the lane's busy
+    time up to that end and its batch kind."""
 
     count: int = 0
     dur_us: float = 0.0
@@ -111,9 +140,10 @@ class Forwards:
     timed_kv_tokens: int = 0
     timed_us: float = 0.0
     last_step: int = -1
-    pieces: list[pd.DataFrame] = field(default_factory=list)  # step -> end, tokens
+    pieces: list[pd.DataFrame] = field(default_factory=list)  # step -> end, tokens, busy, kind
 
-    def add(self, fwd: pd.DataFrame) -> None:
+    def add(self, fwd: pd.DataFrame, busy: np.ndarray) -> None:
+        """Fold a chunk's forwards; ``busy``: the lane's busy time up to each one's end."""
         dur = fwd["dur"].to_numpy()
         self.count += len(fwd)
         self.dur_us += float(dur.sum())
@@ -123,12 +153,18 @@ class Forwards:
         self.timed_kv_tokens += int(fwd["kv_tokens"].to_numpy()[ok].sum())
         self.timed_us += float(dur[ok].sum())
         self.last_step = max(self.last_step, int(fwd["step"].max()))
-        self._piece(fwd.groupby("step").agg(end=("end", "max"), tokens=("new_tokens", "sum")))
+        kind = fwd["kind"].map(KIND_CODES).fillna(-1).to_numpy(dtype=np.int8)
+        rows = pd.DataFrame(
+            {"step": fwd["step"].to_numpy(), "end": fwd["end"].to_numpy(), "busy": busy}
+        )
+        rows = rows.assign(tokens=fwd["new_tokens"].to_numpy(), kind=kind)
+        self._piece(rows.groupby("step").agg(STEP_JOIN))
 
     def settle(self, step: int, delta: int) -> None:
         """A forward's new tokens changed after it was folded (its update dropped some)."""
         self.tokens += delta
-        self._piece(pd.DataFrame({"end": [-np.inf], "tokens": [delta]}, index=[step]))
+        row = {"end": [-np.inf], "tokens": [delta], "busy": [-np.inf], "kind": [np.int8(-1)]}
+        self._piece(pd.DataFrame(row, index=[step]))
 
     def _piece(self, piece: pd.DataFrame) -> None:
         self.pieces.append(piece)
@@ -136,12 +172,12 @@ class Forwards:
             self.pieces = [self.per_step()]
 
     def per_step(self) -> pd.DataFrame:
-        """Index step: the step's last forward end and its new tokens, steps by step."""
+        """Index step: the step's last forward end, its new tokens, the lane's busy time up to
+        that end and its batch kind (KIND_CODES), steps by step."""
         if not self.pieces:
-            return pd.DataFrame({"end": [], "tokens": []})
+            return pd.DataFrame({"end": [], "tokens": [], "busy": [], "kind": []})
         if len(self.pieces) > 1:
-            joined = pd.concat(self.pieces).groupby(level=0)
-            self.pieces = [joined.agg(end=("end", "max"), tokens=("tokens", "sum"))]
+            self.pieces = [pd.concat(self.pieces).groupby(level=0).agg(STEP_JOIN)]
         return self.pieces[0]
 
 
@@ -204,7 +240,8 @@ class TraceFold:
             if len(on_lane):
                 fwd = on_lane[on_lane.name.isin(S.FORWARD_NAMES)]
                 if len(fwd):
-                    self.forwards[lane].add(fwd)
+                    busy = self.lanes[lane].busy_upto(fwd["end"].to_numpy())
+                    self.forwards[lane].add(fwd, busy)
                 self._add_idle(lane, on_lane)
         self._prune()
 
