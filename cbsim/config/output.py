@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from cbsim.config.ranges import Range, declare
 
 
 @dataclass
@@ -12,6 +14,10 @@ class OutputConfig:
     None: decided by the kind of run. A single run writes its trace, its report and prints its
     table; a sweep's job writes none of them (metrics.json holds every number the sweep's summary
     needs, and 200 jobs of 8 MB each would be 1.6 GB). true/false: always or never.
+
+    A simulation with ``trace`` false holds no span, whatever its length: its metrics are folded
+    as it runs, and its report (``report`` true) draws its timeline from windows of
+    ``report_window_steps`` steps and every other chart from the fold.
     """
 
     trace: bool | None = None
@@ -23,6 +29,11 @@ class OutputConfig:
     print_table: bool | None = None
     # a progress bar on stderr for simulations that take over a second (a single run only)
     progress: bool | None = None
+    # a simulation without a trace (trace false, report on) keeps only the spans of three
+    # windows of this many steps for the report's timeline (the first steps, a steady-state
+    # window, the end: cbsim.trace.window), so its memory does not grow with the steps; its
+    # other charts and the metrics cover every step
+    report_window_steps: int = field(default=6, metadata=declare(Range(1, 100)))
 
     def decided(self, in_sweep: bool) -> OutputConfig:
         """Every None replaced by what this kind of run does."""
@@ -36,4 +47,5 @@ class OutputConfig:
             report=pick(self.report, True, False),
             print_table=pick(self.print_table, True, False),
             progress=pick(self.progress, True, False),
+            report_window_steps=self.report_window_steps,
         )

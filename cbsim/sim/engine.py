@@ -17,6 +17,7 @@ from cbsim.sim.recorder import CHUNK_SPANS
 from cbsim.trace import Trace, TraceBuilder
 from cbsim.trace import schema as S
 from cbsim.trace.hardware import BASIS_PROFILE
+from cbsim.trace.window import StepWindows
 
 log = logging.getLogger("cbsim.sim")
 
@@ -33,13 +34,15 @@ def setup_sim(config: CbsimConfig, engine: str) -> RunSetup:
 class SimResult:
     """One simulated engine: its trace (when asked for), what its metrics are computed from
     (``cbsim.metrics.MetricInputs(**result.tables)``: the run folded as it ran, without a trace
-    only), its memory estimate and the simulator's own counts."""
+    only), its memory estimate, the simulator's own counts and, without a trace when asked, the
+    windows of spans the report draws (cbsim.trace.window)."""
 
     engine: str
     trace: Trace | None
     tables: dict[str, Any] | None
     memory: dict[str, Any]
     counters: dict[str, Any]
+    windows: StepWindows | None = None
 
 
 def run(config: CbsimConfig, engine: str, *, fast_forward: bool = True) -> Trace:
@@ -56,12 +59,14 @@ def simulate(
     fast_forward: bool = True,
     config_dict: dict[str, Any] | None = None,
     chunk: int = CHUNK_SPANS,
+    window: int | None = None,
 ) -> SimResult:
     """Simulate ``engine``; with ``want_trace`` the trace, else the run folded for its metrics
-    (the same numbers, no events built, memory that does not grow with the steps). ``config_dict``: the resolved config the tables carry for the
-    metrics that read it (bandwidth, SLOs), as a trace's otherData.config does. ``chunk``:
-    without a trace, the spans buffered before they are folded (the same numbers whatever it
-    is; small ones check that)."""
+    (the same numbers, no events built, memory that does not grow with the steps).
+    ``config_dict``: the resolved config the tables carry for the metrics that read it
+    (bandwidth, SLOs), as a trace's otherData.config does. ``chunk``: without a trace, the spans
+    buffered before they are folded (the same numbers whatever it is; small ones check that).
+    ``window``: without a trace, keep the spans of windows of this many steps for the report."""
     setup = setup_sim(config, engine)
     eng, hw = setup.engine, config.hardware
     trace = None
@@ -69,7 +74,7 @@ def simulate(
         trace = TraceBuilder("sim", {"engine": engine, "hardware": profile_hardware(hw)})
         if eng.streams == "default":
             trace.declare_lane(S.DEFAULT)
-    sim = HostPhases(config, setup, trace, chunk)
+    sim = HostPhases(config, setup, trace, chunk, window)
     sim.fast_forward_on = fast_forward
     sim.env.process(LOOPS[engine](sim))
     _run(sim, config, setup, engine, trace)
@@ -97,7 +102,7 @@ def simulate(
         "config": config_dict,
         "counters": None,
     }
-    return SimResult(engine, None, tables, mem, counts)
+    return SimResult(engine, None, tables, mem, counts, sim.rec.window)
 
 
 def profile_hardware(hw: HardwareConfig) -> dict[str, Any]:

@@ -64,8 +64,10 @@ class HostState:
         setup: RunSetup,
         trace: TraceBuilder | None,
         chunk: int = CHUNK_SPANS,
+        window: int | None = None,
     ) -> None:
-        """``chunk``: without a trace, the spans folded at a time (cbsim.sim.recorder)."""
+        """``chunk``: without a trace, the spans folded at a time; ``window``: the width in
+        steps of the windows of spans kept for the report (cbsim.sim.recorder)."""
         self.config, self.engine, self.trace = config, setup.engine, trace
         self.env = Clock()
         w = config.workload
@@ -76,7 +78,7 @@ class HostState:
         self.sched = setup.scheduler
         self.device = Device(self.engine.streams, config.hardware.gpu.forward_gap_us)
         self.launch_queue = LaunchQueue(config.hardware.gpu.launch_queue_depth)
-        self.rec = Recorder(trace, (S.HOST, *self.device.lanes), chunk)
+        self.rec = Recorder(trace, (S.HOST, *self.device.lanes), chunk, window)
         self._last_counters: dict[str, int] = {}
         self._prepared: dict[str, Any] | None = None  # span args of the batch last prepared
         self._asked_us = 0.0  # when the last schedule phase asked the scheduler (host_phases.py)

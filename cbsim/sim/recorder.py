@@ -8,8 +8,10 @@ a cbsim.trace.TraceFold every CHUNK_SPANS spans (``fold_before``: the spans that
 the clock; nothing written later starts earlier), so the metrics are the trace's by
 construction and the run's memory does not grow with its steps. Instants are folded by
 themselves every CHUNK_SPANS of them too (the fold joins a request's rows whatever chunks they
-came in), so a run of many requests holds a row a request, not its four instants.
-runtime/recorder.py is the runtime's counterpart.
+came in), so a run of many requests holds a row a request, not its four instants. With
+``window`` (the report on, the trace off) each folded chunk also goes to a
+cbsim.trace.window.StepWindows, which keeps the spans of a few windows of steps for the report's
+timeline. runtime/recorder.py is the runtime's counterpart.
 """
 
 from __future__ import annotations
@@ -23,22 +25,30 @@ import pandas as pd
 from cbsim.trace import TraceBuilder
 from cbsim.trace import schema as S
 from cbsim.trace.fold import TraceFold
+from cbsim.trace.window import StepWindows
 
-SPAN_COLUMNS = ("step", "requests", "query_tokens", "kv_tokens", "kind", "new_tokens")
-ARG_DEFAULTS = {"step": -1, "requests": 0, "query_tokens": 0, "kv_tokens": 0, "kind": ""}
+SPAN_COLUMNS = ("step", "slot", "requests", "query_tokens", "kv_tokens", "kind", "new_tokens")
+ARG_DEFAULTS = {"step": -1, "slot": -1, "requests": 0, "query_tokens": 0, "kv_tokens": 0}
+ARG_DEFAULTS |= {"kind": ""}
 INSTANT_COLUMNS = ("lane", "name", "ts", "rid", "tokens", "prompt_len")
 # spans buffered before they are folded (about 300 bytes each while buffered)
 CHUNK_SPANS = 1 << 15
 
 
 class Recorder:
-    """The run's trace writer (``builder`` given) or its fold (``builder`` None)."""
+    """The run's trace writer (``builder`` given) or its fold (``builder`` None), and without a
+    trace the windows of steps the report draws (``window``: their width in steps)."""
 
     def __init__(
-        self, builder: TraceBuilder | None, lanes: tuple[str, ...], chunk: int = CHUNK_SPANS
+        self,
+        builder: TraceBuilder | None,
+        lanes: tuple[str, ...],
+        chunk: int = CHUNK_SPANS,
+        window: int | None = None,
     ) -> None:
         self.builder = builder
         self.tracing = builder is not None
+        self.window = StepWindows(window) if window and builder is None else None
         if builder is not None:
             for lane in lanes:
                 builder.declare_lane(lane)
@@ -138,6 +148,8 @@ class Recorder:
                 self.held = spans[later].reset_index(drop=True)
                 spans = spans[~later]
         self.fold.add(spans, instants)
+        if self.window is not None:
+            self.window.add(spans, until)
 
     # ---- both ---------------------------------------------------------------------------------
     def settle(self, lane: str, args: dict[str, Any], new_tokens: int) -> None:
@@ -158,8 +170,11 @@ class Recorder:
     def hazard(self, lane: str, ts: float, kind: str, step: int, slot: int, detail: str) -> None:
         if self.builder is not None:
             self.builder.hazard(lane, ts, kind, step, slot, detail)
-        else:
-            self._instant(lane, S.HAZARD, ts, math.nan, math.nan, kind)
+            return
+        self._instant(lane, S.HAZARD, ts, math.nan, math.nan, kind)
+        if self.window is not None:
+            ts = round(float(ts), 3)
+            self.window.hazard(ts=ts, lane=lane, kind=kind, step=step, slot=slot, detail=detail)
 
     @property
     def num_events(self) -> int:
@@ -173,8 +188,10 @@ class Recorder:
         return 2 * (len(pids) + len(self.lanes)) + spans + instants + self.samples
 
     def tables(self) -> dict[str, Any]:
-        """The run folded (cbsim.metrics.MetricInputs' fold and lanes)."""
+        """The run folded (cbsim.metrics.MetricInputs' fold and lanes); the windows finished."""
         self._fold(None)
+        if self.window is not None:
+            self.window.finish()
         lanes_out = [x for x in self.lanes if x != S.REQUESTS]
         return {"fold": self.fold, "lanes": lanes_out}
 
@@ -215,7 +232,7 @@ class Recorder:
                 "name": pd.array(col("name", object), dtype="str"),
                 **times,
                 "end": times["ts"] + times["dur"],
-                **{k: col(k, np.int64) for k in SPAN_COLUMNS[:4]},
+                **{k: col(k, np.int64) for k in SPAN_COLUMNS[:5]},
                 "kind": pd.array(col("kind", object), dtype="str"),
                 "new_tokens": col("new_tokens", np.int64),
                 "launch_bound_us": col("launch_bound_us", np.float64),

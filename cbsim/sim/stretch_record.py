@@ -88,12 +88,16 @@ def _columns(
     carry = first_args is not None
     steps = list(range(step0, step0 + k))
     kv = c.kv_tokens[:k]
+    slots = len(host.slots.slots)
+    slot = [(host.launches + j) % slots for j in range(k)]
     batch = {"step": steps, "requests": n, "query_tokens": n, "kv_tokens": kv, "kind": "decode"}
+    batch["slot"] = slot
     # the batch each wait and update is of: the one before in the async loop
     upd = {**batch, "step": [s - carry for s in steps], "kv_tokens": kv}
     if carry:
         upd["kv_tokens"] = [first_args["kv_tokens"], *kv[:-1]]
-    rec.extend(S.HOST, S.SCHEDULE, tl.sched, c.schedule[:k], **batch)
+        upd["slot"] = [first_args["slot"], *slot[:-1]]
+    rec.extend(S.HOST, S.SCHEDULE, tl.sched, c.schedule[:k], **{**batch, "slot": -1})
     rec.extend(S.HOST, S.PREPARE, tl.prep, c.prepare[:k], **batch)
     rec.extend(S.H2D, S.COPY_H2D, [s for s, _ in tl.h2d], [e - s for s, e in tl.h2d], **batch)
     busy = [e - f for (_, e), f in zip(tl.compute, tl.forward)]
@@ -122,7 +126,7 @@ def _columns(
     first = {"waiting": waiting, "running": running, "kv_blocks_used": used + int(opened[0])}
     rec.samples += int(first != host._last_counters) + int(np.count_nonzero(opened[1:]))
     host._last_counters = {**first, "kv_blocks_used": used + int(opened.sum())}
-    args = step_args(steps[-1], (host.launches + k - 1) % len(host.slots.slots), n, kv[-1])
+    args = step_args(steps[-1], slot[-1], n, kv[-1])
     fwd_args = {**args, "new_tokens": n}
     if waits[-1]:
         fwd_args["launch_bound_us"] = waits[-1]
