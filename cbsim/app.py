@@ -85,14 +85,22 @@ def _run_one(config: CbsimConfig, engine: str, single: bool, run_dir: Path, back
         raise
 
 
-def _untraced(
-    config: CbsimConfig, engine: str, resolved: dict[str, Any]
-) -> tuple[None, dict[str, Any]]:
-    """A simulation nobody draws or keeps the trace of: the metrics from the simulator's own
-    tables (the same numbers as from its trace, no events built)."""
-    result = simulate(config, engine, want_trace=False, config_dict=resolved)
-    metrics = metrics_from(MetricInputs(**result.tables))
-    return None, {**metrics, **device_fit(result.memory, config.hardware.memory_bytes)}
+def _untraced(config: CbsimConfig, engine: str, resolved: dict[str, Any]) -> tuple[Any, dict]:
+    """A simulation that keeps no trace: the metrics from the simulator's own tables (the same
+    numbers as from its trace, no events built) and, for the report, the run folded with the
+    windows of spans its recorder kept (cbsim.report.untraced); memory that does not grow with
+    the steps either way."""
+    width = config.output.report_window_steps if config.output.report else None
+    result = simulate(config, engine, want_trace=False, config_dict=resolved, window=width)
+    inputs = MetricInputs(**result.tables)
+    metrics = {**metrics_from(inputs), **device_fit(result.memory, config.hardware.memory_bytes)}
+    if result.windows is None:
+        return None, metrics
+    from cbsim.report.untraced import UntracedRun
+
+    other = {"memory": result.memory, "sim_counters": result.counters, "config": resolved}
+    run = UntracedRun(inputs, result.windows.windows, result.windows.hazards, other)
+    return run, metrics
 
 
 def readable(config: CbsimConfig, events: int, engine: str) -> bool:
@@ -137,9 +145,9 @@ def _run_engines(
     backend = _backend(config)
     engines = engines_of(config)
     out = config.output
-    runs: dict[str, tuple[Trace | None, dict[str, Any]]] = {}
+    runs: dict[str, tuple[Any, dict[str, Any]]] = {}
     for engine in engines:
-        if config.mode.name == "sim" and not (out.trace or out.report):
+        if config.mode.name == "sim" and not out.trace:
             runs[engine] = _untraced(config, engine, resolved)
             continue
         trace = _run_one(config, engine, len(engines) == 1, run_dir, backend)

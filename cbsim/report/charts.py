@@ -27,7 +27,7 @@ MAX_BARS = 400
 def time_split_figure(runs: list[RunFrames]) -> go.Figure:
     """Per engine, the run's wall time split into GPU busy and GPU idle (one bar each)."""
     names = [r.engine for r in runs]
-    idle_s = [float(r.idle["dur_us"].sum()) / 1e6 for r in runs]
+    idle_s = [r.idle_ms / 1e3 for r in runs]
     total_s = [r.total_ms / 1e3 for r in runs]
     busy_s = [t - i for t, i in zip(total_s, idle_s)]
     share = [i / t if t > 0 else 0.0 for i, t in zip(idle_s, total_s)]

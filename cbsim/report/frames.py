@@ -9,13 +9,13 @@ import pandas as pd
 
 from cbsim.metrics import stall_spans
 from cbsim.trace import schema as S
+from cbsim.trace.fold import busy_before
 from cbsim.trace.model import Trace
+from cbsim.trace.window import WINDOW_STEPS, steady_start
 
 IDLE_ROW = "GPU idle"
 # top to bottom; the idle row sits under the compute stream it belongs to
 ROW_ORDER = (S.HOST, S.H2D, S.COMPUTE, IDLE_ROW, S.D2H, S.DEFAULT)
-# a detail window spans this many steps
-WINDOW_STEPS = 6
 # timeline axes switch from ms to s above this run length
 SECONDS_ABOVE_MS = 10_000.0
 
@@ -33,6 +33,23 @@ class RunFrames:
     rows: list[str]  # timeline rows present, top to bottom
     gpu_lane: str
     total_ms: float
+    # a run without a trace (cbsim.report.untraced): the windows its spans cover (label, start
+    # ms, end ms), the GPU's idle time over the whole run and its hazards by kind
+    windows: list[tuple[str, float, float]] | None = None
+    gpu_idle_ms: float | None = None
+    hazard_counts: dict[str, int] | None = None
+
+    @property
+    def idle_ms(self) -> float:
+        """The GPU's idle time over the run."""
+        if self.gpu_idle_ms is not None:
+            return self.gpu_idle_ms
+        return float(self.idle["dur_us"].sum()) / 1e3
+
+    def hazards_by_kind(self) -> dict[str, int]:
+        if self.hazard_counts is not None:
+            return self.hazard_counts
+        return {str(k): int(v) for k, v in self.hazards["kind"].value_counts().items()}
 
 
 def time_unit(total_ms: float) -> tuple[float, str]:
@@ -73,18 +90,6 @@ def idle_gaps(busy: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
     return out
 
 
-def busy_before(blocks_s: np.ndarray, blocks_e: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Busy time (ms) of disjoint sorted blocks up to each time in t."""
-    if len(blocks_s) == 0:
-        return np.zeros(len(t))
-    cum = np.concatenate([[0.0], np.cumsum(blocks_e - blocks_s)])
-    i = np.searchsorted(blocks_s, t, side="right")  # blocks starting at or before t
-    partial = np.where(
-        i > 0, np.minimum(t, blocks_e[np.maximum(i - 1, 0)]) - blocks_s[np.maximum(i - 1, 0)], 0.0
-    )
-    return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(partial, 0.0)
-
-
 def step_table(gpu: pd.DataFrame, start: float) -> pd.DataFrame:
     """Per step: its time (between forward ends, as metrics), GPU busy in it, the rest, and the
     batch kind (prefill, decode, mixed)."""
@@ -112,7 +117,11 @@ def step_table(gpu: pd.DataFrame, start: float) -> pd.DataFrame:
 
 def stall_table(trace_spans: pd.DataFrame, t0: float) -> pd.DataFrame:
     """The metrics' host stalls (cbsim.metrics.stall_spans) in ms from the run's start."""
-    st = stall_spans(trace_spans)
+    return stall_frame(stall_spans(trace_spans), t0)
+
+
+def stall_frame(st: pd.DataFrame, t0: float) -> pd.DataFrame:
+    """Stall spans (with ``median_us``) in ms from the run's start."""
     return pd.DataFrame(
         {
             "ts_ms": (st["ts"].to_numpy(float) - t0) / 1e3,
@@ -125,14 +134,8 @@ def stall_table(trace_spans: pd.DataFrame, t0: float) -> pd.DataFrame:
     )
 
 
-def run_frames(engine: str, trace: Trace) -> RunFrames:
-    spans = trace.spans
-    spans = spans[spans["lane"] != S.REQUESTS]
-    inst = trace.instants
-    t0 = float(spans["ts"].min()) if not spans.empty else 0.0
-    t1 = float(spans["end"].max()) if not spans.empty else 0.0
-    if not inst.empty:
-        t0, t1 = min(t0, float(inst["ts"].min())), max(t1, float(inst["ts"].max()))
+def span_frame(spans: pd.DataFrame, t0: float) -> pd.DataFrame:
+    """Spans (us) as the report draws them: times in ms from the run's start ``t0``."""
     df = pd.DataFrame(
         {
             "lane": spans["lane"].to_numpy(),
@@ -144,13 +147,29 @@ def run_frames(engine: str, trace: Trace) -> RunFrames:
     )
     for col in (*S.SPAN_ARGS, "new_tokens"):
         df[col] = spans[col].to_numpy()
+    return df
+
+
+def timeline_rows(df: pd.DataFrame, lanes: list[str]) -> list[str]:
+    """The timeline's rows: the lanes with spans, the required lanes the run declared (an idle
+    stream is information), the GPU idle row when anything ran."""
+    present = set(df["lane"].unique()) | (set(lanes) & set(S.REQUIRED_LANES))
+    return [r for r in ROW_ORDER if r in present or (r == IDLE_ROW and not df.empty)]
+
+
+def run_frames(engine: str, trace: Trace) -> RunFrames:
+    spans = trace.spans
+    spans = spans[spans["lane"] != S.REQUESTS]
+    inst = trace.instants
+    t0 = float(spans["ts"].min()) if not spans.empty else 0.0
+    t1 = float(spans["end"].max()) if not spans.empty else 0.0
+    if not inst.empty:
+        t0, t1 = min(t0, float(inst["ts"].min())), max(t1, float(inst["ts"].max()))
+    df = span_frame(spans, t0)
     total_ms = (t1 - t0) / 1e3
     lane = gpu_lane_of(df)
     gpu = df[df["lane"] == lane]
     idle = idle_gaps(gpu, 0.0, total_ms)
-    # the required lanes show even when empty (an idle stream is information); default if used
-    present = set(df["lane"].unique()) | (set(trace.lanes) & set(S.REQUIRED_LANES))
-    rows = [r for r in ROW_ORDER if r in present or (r == IDLE_ROW and not df.empty)]
     return RunFrames(
         engine=engine,
         spans=df,
@@ -158,7 +177,7 @@ def run_frames(engine: str, trace: Trace) -> RunFrames:
         steps=step_table(gpu, 0.0),
         hazards=hazard_table(inst, t0),
         stalls=stall_table(spans, t0),
-        rows=rows,
+        rows=timeline_rows(df, list(trace.lanes)),
         gpu_lane=lane,
         total_ms=total_ms,
     )
@@ -173,25 +192,6 @@ def hazard_table(inst: pd.DataFrame, t0: float) -> pd.DataFrame:
     for col in cols[2:]:
         out[col] = h[col] if col in h else ""
     return out.reset_index(drop=True)
-
-
-def steady_start(steps: pd.DataFrame, width: int = WINDOW_STEPS) -> int:
-    """The first step of a window of typical steps: among the windows of the middle half, those
-    whose steps stray least from the median step time (a periodic stall or a prefill strays),
-    the one nearest the middle."""
-    n = len(steps)
-    mid = n // 2 - width // 2
-    lo, hi = max(n // 4, width), min(3 * n // 4, n - 2 * width)
-    if hi <= lo:
-        return mid
-    ms = steps["step_ms"].to_numpy(float)
-    median = float(np.median(ms[lo : hi + width]))
-    stray = np.abs(ms - median)
-    worst = np.lib.stride_tricks.sliding_window_view(stray[lo : hi + width], width).max(axis=1)
-    starts = np.arange(lo, lo + len(worst))
-    # within a tenth of a step of the calmest window counts as calm: then nearest the middle
-    calm = starts[worst <= worst.min() + 0.1 * median]
-    return int(calm[np.argmin(np.abs(calm - mid))])
 
 
 def detail_windows(

@@ -37,8 +37,10 @@ from cbsim.report.timeline import (
     overview_style,
     overview_unit,
 )
+from cbsim.report.untraced import UntracedRun, untraced_frames, window_line
 from cbsim.report.zoom import DETAIL_BUDGET, TIMELINE_JS, zoom_payload
 from cbsim.trace.model import Trace
+from cbsim.trace.window import HAZARDS_KEPT
 
 PERFETTO_HELP = (
     "The report draws every span, but the trace file holds everything (every field, counters, "
@@ -46,6 +48,12 @@ PERFETTO_HELP = (
     "(<i>Open trace file</i>, works offline once the page is cached; the file never leaves your "
     "machine) or in Chrome/Chromium at <code>chrome://tracing</code> (<i>Load</i>). Both read "
     "<code>.json</code> and <code>.json.gz</code>."
+)
+
+NO_TRACE = (
+    "No trace was kept (<code>output.trace=false</code>); <code>output.trace=true</code> writes "
+    "one beside this report, every span and field, to open in "
+    '<a href="https://ui.perfetto.dev">Perfetto UI</a>.'
 )
 
 OVERVIEW_NOTES = {
@@ -72,7 +80,8 @@ def trace_files(engines: list[str], gzip: bool) -> list[str]:
 
 
 def hazards_section(page: Page, frames: list[RunFrames]) -> None:
-    total = sum(len(f.hazards) for f in frames)
+    counts = {f.engine: f.hazards_by_kind() for f in frames}
+    total = sum(sum(c.values()) for c in counts.values())
     if not total:
         return
     page.heading(f"Hazards: {total}", anchor="hazards")
@@ -82,14 +91,13 @@ def hazards_section(page: Page, frames: list[RunFrames]) -> None:
         "note",
     )
     for f in frames:
-        if f.hazards.empty:
+        if not counts[f.engine]:
             continue
-        counts = f.hazards["kind"].value_counts()
         page.para(
             f"<b>{esc(f.engine)}</b>: "
-            + ", ".join(f"{esc(k)} × {int(v)}" for k, v in counts.items())
+            + ", ".join(f"{esc(k)} × {int(v)}" for k, v in counts[f.engine].items())
         )
-        first = f.hazards.head(20)
+        first = f.hazards.head(HAZARDS_KEPT)
         page.add(
             table(
                 ["t (ms)", "lane", "kind", "step", "slot", "detail"],
@@ -120,7 +128,7 @@ def page_title(engines: list[str], config: CbsimConfig | None, traces: list[Trac
 
 
 def build_page(
-    runs: dict[str, tuple[Trace, dict[str, Any]]],
+    runs: dict[str, tuple[Trace | UntracedRun, dict[str, Any]]],
     config: CbsimConfig | None,
     files: list[str] | None = None,
     bands: dict[str, Any] | None = None,
@@ -129,7 +137,10 @@ def build_page(
     in for the config table. `files`: the trace files to point at (default: the app's names)."""
     metrics = {e: m for e, (_, m) in runs.items()}
     traces = {e: t for e, (t, _) in runs.items()}
-    frames = [run_frames(e, t) for e, t in traces.items()]
+    frames = [
+        untraced_frames(e, t) if isinstance(t, UntracedRun) else run_frames(e, t)
+        for e, t in traces.items()
+    ]
     title = page_title(list(runs), config, list(traces.values()))
     page = Page(title)
     page.heading(title, level=1)
@@ -171,6 +182,9 @@ def build_page(
     hazards_section(page, frames)
     steps_sections(page, frames)
     page.heading("The full trace", anchor="trace")
+    if all(isinstance(t, UntracedRun) for t in traces.values()):
+        page.para(NO_TRACE, "note")
+        return page
     if files is None and config is not None:
         files = trace_files(list(runs), bool(config.output.trace_gzip))
     where = "Beside this report: " if config is not None else "The traces: "
@@ -180,7 +194,17 @@ def build_page(
 
 
 def steps_sections(page: Page, frames: list[RunFrames]) -> None:
-    """The timeline, its detail windows and the step-time charts."""
+    """The timeline, its detail windows and the step-time charts; for runs without a trace,
+    the windows their recorder kept as the timeline."""
+    line = window_line(frames)
+    if line is not None:
+        page.heading("Timeline", anchor="timeline")
+        page.para(esc(line), "note window")
+        detail = detail_figure(frames)
+        if detail is not None:
+            page.figure(detail, "detail")
+        steps_charts(page, frames)
+        return
     style = timeline_section(page, frames)
     detail = detail_figure(frames) if style != "bars" else None
     if detail is not None:
@@ -191,6 +215,11 @@ def steps_sections(page: Page, frames: list[RunFrames]) -> None:
             "note",
         )
         page.figure(detail, "detail")
+    steps_charts(page, frames)
+
+
+def steps_charts(page: Page, frames: list[RunFrames]) -> None:
+    """Step time and each step's make-up over the run."""
     page.heading("Step time over the run", anchor="steps")
     page.para(
         "A step is the interval between consecutive forward ends. Solid: step time; "
@@ -204,7 +233,7 @@ def steps_sections(page: Page, frames: list[RunFrames]) -> None:
 
 
 def serving_section(
-    page: Page, traces: dict[str, Trace], metrics: dict[str, dict[str, Any]]
+    page: Page, traces: dict[str, Trace | UntracedRun], metrics: dict[str, dict[str, Any]]
 ) -> None:
     """Latencies in vLLM's names, their distributions and the queue (online workloads)."""
     page.heading("Serving: latency and the queue", anchor="serving")
@@ -219,9 +248,12 @@ def serving_section(
     page.figure(cdf_figure({e: serving_values(t) for e, t in traces.items()}), "latency_cdf")
     queue = queue_figure(traces)
     if queue is not None:
+        running = any(not isinstance(t, UntracedRun) for t in traces.values())
         page.para(
             "The queue: requests that arrived and have no first token yet (solid: what every "
-            "TTFT waits in) and requests running in the batch (dotted).",
+            "TTFT waits in)"
+            + (" and requests running in the batch (dotted)." if running else ".")
+            + ("" if running else " The running requests need the trace (output.trace=true)."),
             "note",
         )
         page.figure(queue, "queue")
@@ -256,7 +288,7 @@ def timeline_section(page: Page, frames: list[RunFrames]) -> str:
 
 
 def write_run_report(
-    runs: dict[str, tuple[Trace, dict[str, Any]]],
+    runs: dict[str, tuple[Trace | UntracedRun, dict[str, Any]]],
     config: CbsimConfig | None,
     path: Path,
     js_dir: Path | None = None,

@@ -14,12 +14,13 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cbsim.metrics import inputs_from_trace
-from cbsim.metrics.serving import STATS, itl_ms, latencies_ms, request_table
+from cbsim.metrics import MetricInputs, inputs_from_trace
+from cbsim.metrics.serving import STATS, itl_ms, latencies_ms
 from cbsim.metrics.timeline import time_range
 from cbsim.report.charts import ENGINE_COLORS
 from cbsim.report.frames import time_unit
 from cbsim.report.html import table
+from cbsim.report.untraced import UntracedRun
 from cbsim.trace import schema as S
 from cbsim.trace.model import Trace
 
@@ -85,10 +86,16 @@ def _ms(v: Any) -> str:
     return f"{v:,.1f} ms" if v < 100 else f"{v:,.0f} ms"
 
 
-def serving_values(trace: Trace) -> dict[str, np.ndarray]:
+def inputs_of(run: Trace | UntracedRun) -> MetricInputs:
+    """What a run's metrics were computed from: its trace's tables, or the fold of a run
+    without a trace."""
+    return run.inputs if isinstance(run, UntracedRun) else inputs_from_trace(run)
+
+
+def serving_values(run: Trace | UntracedRun) -> dict[str, np.ndarray]:
     """Per-request TTFT, TPOT, E2EL and per-token ITL (ms), as cbsim.metrics computes them."""
-    inp = inputs_from_trace(trace)
-    req = request_table(inp.instants)
+    inp = inputs_of(run)
+    req = inp.fold.requests()
     start, _ = time_range(inp)
     lat = latencies_ms(req)
     return {
@@ -150,11 +157,11 @@ def cdf_figure(values: dict[str, dict[str, np.ndarray]]) -> go.Figure:
     return fig
 
 
-def queue_curve(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def queue_curve(run: Trace | UntracedRun) -> tuple[np.ndarray, np.ndarray]:
     """(ms since the run's start, requests arrived and still without their first token): the
     queue every TTFT waits in, counted from the request events alone."""
-    inp = inputs_from_trace(trace)
-    req = request_table(inp.instants)
+    inp = inputs_of(run)
+    req = inp.fold.requests()
     start, _ = time_range(inp)
     arrive = req[S.ARRIVAL].dropna().to_numpy(float)
     first = req[S.FIRST_TOKEN].dropna().to_numpy(float)
@@ -164,8 +171,11 @@ def queue_curve(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return (t[order] - start) / 1e3, np.cumsum(step[order])
 
 
-def running_curve(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
-    """(ms, running requests) from the scheduler's counter track, when it has one."""
+def running_curve(trace: Trace | UntracedRun) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ms, running requests) from the scheduler's counter track, when it has one (a run
+    without a trace kept none)."""
+    if isinstance(trace, UntracedRun):
+        return None
     c = trace.counters
     if c.empty or "running" not in c:
         return None
@@ -174,7 +184,7 @@ def running_curve(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
     return (c["ts"].to_numpy(float) - start) / 1e3, c["running"].to_numpy(float)
 
 
-def queue_figure(traces: dict[str, Trace]) -> go.Figure | None:
+def queue_figure(traces: dict[str, Trace | UntracedRun]) -> go.Figure | None:
     """Per engine: requests queued (arrived, no first token yet) and running, over time."""
     curves = {e: (queue_curve(t), running_curve(t)) for e, t in traces.items()}
     curves = {e: c for e, c in curves.items() if len(c[0][0])}
