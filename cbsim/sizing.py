@@ -13,12 +13,14 @@ flight (each for its new tokens at a step the weights' streaming bounds). The pe
 per-event costs below are measured on this project's simulator (llama3_8b on h200, 32-2048
 requests, 2-core host): a step writes 8.2 events; an event is 280 bytes of JSON.
 
-Memory: a simulation that builds its trace (output.trace or output.report) holds every event
-until it is written; one that does not (both false, and a band's draws) folds its spans as it
-runs (cbsim.trace.fold) and holds a few numbers a step (benchmarks/bench_sim_memory.py). Both
-hold a few hundred bytes a request and a few a KV block, and no token id: the workload draws
-prompt ids only for a back end that reads them and the simulator's scheduler keeps counts
-(cbsim.workload.PromptIds, Scheduler(keep_tokens=False)). The runtime keeps every token id.
+Memory: a simulation that builds its trace (output.trace) holds every event until it is
+written; one that does not (output.trace=false, and a band's draws) folds its spans as it runs
+(cbsim.trace.fold) and holds a few numbers a step (benchmarks/bench_sim_memory.py); with its
+report on it also keeps a few windows of steps' spans (cbsim.trace.window) and each engine's fold
+until the page is written, which draws a few more numbers a step. All hold a few hundred bytes a
+request and a few a KV block, and no token id: the workload draws prompt ids only for a back end
+that reads them and the simulator's scheduler keeps counts (cbsim.workload.PromptIds,
+Scheduler(keep_tokens=False)). The runtime keeps every token id.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ TRACED_BYTES_PER_EVENT = 2.0e3
 UNTRACED_BYTES_PER_STEP = 150
 # without a trace: the spans buffered before they are folded, and the folding's tables
 FOLD_BUFFER_BYTES = 30e6
+# without a trace, the report on: plotly.js, the windows' spans and the figures, and per step
+# and engine the per-step series and charts drawn from the fold (peak RSS: 210 bytes a step
+# over the fold's at 20K-80K steps, 40 MB at 20K)
+REPORT_FIXED_BYTES = 40e6
+REPORT_BYTES_PER_STEP = 250
 # a simulation's request: its scheduler row, its Request, its row in the fold (peak RSS grew
 # 541-557 bytes a request from 50K to 200K requests of 16 + 4 tokens without a trace, two runs;
 # 1,724 while the token ids were kept: benchmarks/bench_sim_memory.py, "many requests")
@@ -92,6 +99,8 @@ class Estimate:
     memory_bytes: int
     # the peak memory of the same simulation without a trace or a report (its spans folded)
     untraced_memory_bytes: int
+    # ... without a trace, its report on (drawn from the folds and windows of steps)
+    windowed_memory_bytes: int
     wall_s: float
     span_s: float  # the last arrival, simulated seconds
     driver: str  # the key that makes the run this large, as key=value
@@ -155,14 +164,19 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
     events = int(steps * EVENTS_PER_STEP)
     trace_events = events * engines if engines > 1 else events
     fixed = BASE_BYTES + request_bytes(cfg)
-    # engines run one after the other: without a trace, one engine's fold at a time
+    # engines run one after the other: without a trace, one engine's fold at a time; with the
+    # report, every engine's fold until the page is written
     untraced = fixed + steps * UNTRACED_BYTES_PER_STEP + FOLD_BUFFER_BYTES
+    per_step = engines * (UNTRACED_BYTES_PER_STEP + REPORT_BYTES_PER_STEP)
+    windowed = fixed + steps * per_step + FOLD_BUFFER_BYTES + REPORT_FIXED_BYTES
     if cfg.mode.name == "runtime":
         memory = fixed + runtime_bytes(cfg) if cfg.mode.device.startswith("cpu") else fixed
         wall = STARTUP_S + steps * engines * decode_step_s(cfg)
     else:
-        traced = bool(out.trace or out.report)
-        memory = fixed + events * TRACED_BYTES_PER_EVENT * engines if traced else untraced
+        traced = bool(out.trace)
+        memory = fixed + events * TRACED_BYTES_PER_EVENT * engines
+        if not traced:
+            memory = windowed if out.report else untraced
         rate = TRACED_STEPS_PER_S if traced else UNTRACED_STEPS_PER_S
         requests_s = cfg.workload.total_requests * SIM_S_PER_REQUEST  # each simulation
         wall = (
@@ -177,6 +191,7 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
         trace_bytes=trace_events * JSON_BYTES_PER_EVENT if out.trace else 0,
         memory_bytes=int(memory),
         untraced_memory_bytes=int(untraced),
+        windowed_memory_bytes=int(windowed),
         wall_s=wall,
         span_s=span_s,
         driver=_driver(cfg, span_s, driver),
@@ -251,15 +266,22 @@ def check_size(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
 
 
 def _untraced_hint(cfg: CbsimConfig, est: Estimate, limit: int) -> str:
-    """The run without its trace and report, when that is what makes it fit."""
-    if cfg.mode.name != "sim" or est.untraced_memory_bytes >= est.memory_bytes:
+    """The run without its trace (its report drawn from windows of steps), or without its
+    report too, when that is what makes it fit."""
+    if cfg.mode.name != "sim":
         return ""
-    if est.untraced_memory_bytes > limit:
-        return ""
-    return (
-        f"output.trace=false output.report=false (no trace kept: "
-        f"{_size(est.untraced_memory_bytes)}), "
-    )
+    out = cfg.output
+    if out.trace is not False and est.windowed_memory_bytes <= limit:
+        return (
+            f"output.trace=false (no trace kept, the report's timeline in windows of "
+            f"{out.report_window_steps} steps: {_size(est.windowed_memory_bytes)}), "
+        )
+    if est.untraced_memory_bytes < est.memory_bytes and est.untraced_memory_bytes <= limit:
+        return (
+            f"output.trace=false output.report=false (no trace kept: "
+            f"{_size(est.untraced_memory_bytes)}), "
+        )
+    return ""
 
 
 def unreadable(cfg: CbsimConfig, events: int) -> str | None:

@@ -20,6 +20,7 @@ from cbsim.sim import simulate
 from cbsim.sim.host_speed import HostSpeed
 from cbsim.sizing import (
     BYTES_PER_OUTPUT_TOKEN,
+    REPORT_FIXED_BYTES,
     SIM_BYTES_PER_KV_BLOCK,
     check_size,
     estimate,
@@ -73,8 +74,8 @@ def test_the_runtime_is_sized_with_its_token_ids_and_the_simulator_without():
 
 def test_without_a_trace_or_report_memory_grows_by_a_few_numbers_a_step():
     """A run that keeps no trace folds its spans: 4x the steps add ~150 bytes a step besides
-    the KV blocks of the longer requests, where a run that builds its trace (for the file or the report)
-    adds its events (2 KB each)."""
+    the KV blocks of the longer requests, where a run that builds its trace adds its events (2 KB
+    each); its report, drawn from the fold and windows of steps, adds a few hundred bytes a step."""
     quiet = ["output.trace=false", "output.report=false"]
     lengths = (16384, 65536)
     short, long = (estimate(make_config([*quiet, f"workload.gen_len={n}"])) for n in lengths)
@@ -82,20 +83,37 @@ def test_without_a_trace_or_report_memory_grows_by_a_few_numbers_a_step():
     assert steps > 40_000 and long.trace_bytes == 0
     blocks = 32 * (lengths[1] - lengths[0]) // 16 * SIM_BYTES_PER_KV_BLOCK  # 32 requests'
     assert 100 * steps < long.memory_bytes - short.memory_bytes - blocks < 400 * steps
-    traced = estimate(make_config(["output.trace=false", f"workload.gen_len={lengths[1]}"]))
+    gen = f"workload.gen_len={lengths[1]}"
+    traced = estimate(make_config(["output.trace=true", gen]))
     assert traced.memory_bytes - long.memory_bytes > 1000 * long.events
     assert traced.untraced_memory_bytes == long.memory_bytes
+    windowed = estimate(make_config(["output.trace=false", "output.report=true", gen]))
+    assert windowed.memory_bytes == traced.windowed_memory_bytes == long.windowed_memory_bytes
+    grew = windowed.memory_bytes - long.memory_bytes - REPORT_FIXED_BYTES
+    assert 0 < grew < 500 * long.steps < traced.memory_bytes - long.memory_bytes
+    # both engines' folds wait for the page
+    pair = estimate(make_config(["engine=compare", "output.trace=false", gen]))
+    assert pair.memory_bytes - windowed.memory_bytes > 300 * long.steps
 
 
-def test_a_run_over_memory_for_its_report_is_told_that_without_one_it_fits():
-    """output.trace=false alone still builds the trace, for the report."""
-    run = ["output.trace=false", "workload.gen_len=65536", "limits.max_memory_gb=1"]
+def test_a_run_over_memory_for_its_trace_is_told_that_without_one_it_fits():
+    """output.trace=false keeps the report, drawn from windows of steps: the run fits; when
+    even that is over the limit, without the report too."""
+    run = ["workload.gen_len=65536", "limits.max_memory_gb=1"]
     with pytest.raises(ConfigError) as info:
         check_size(make_config(run))
     allowed = str(info.value).rsplit("allowed:", 1)[1]
-    assert "output.trace=false output.report=false (no trace kept: " in allowed
+    assert "output.trace=false (no trace kept, the report's timeline in windows of 6 " in allowed
     assert "limits.max_memory_gb=2 to run it anyway" in allowed
-    assert check_size(make_config([*run, "output.report=false"])).memory_bytes < 1e9
+    assert check_size(make_config([*run, "output.trace=false"])).memory_bytes < 1e9
+    tight = ["workload.gen_len=65536", "limits.max_memory_gb=0.25"]
+    with pytest.raises(ConfigError) as info:
+        check_size(make_config(tight))
+    allowed = str(info.value).rsplit("allowed:", 1)[1]
+    assert "output.trace=false output.report=false (no trace kept: " in allowed
+    with pytest.raises(ConfigError):
+        check_size(make_config([*tight, "output.trace=false"]))
+    check_size(make_config([*tight, "output.trace=false", "output.report=false"]))
 
 
 def test_a_tiny_poisson_rate_is_refused_naming_the_rate():
