@@ -99,7 +99,8 @@ def _untraced(config: CbsimConfig, engine: str, resolved: dict[str, Any]) -> tup
     from cbsim.report.untraced import UntracedRun
 
     other = {"memory": result.memory, "sim_counters": result.counters, "config": resolved}
-    run = UntracedRun(inputs, result.windows.windows, result.windows.hazards, other)
+    kept = result.windows
+    run = UntracedRun(inputs, kept.windows, kept.width, kept.hazards, other)
     return run, metrics
 
 

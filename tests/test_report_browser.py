@@ -151,6 +151,35 @@ def test_online_and_capacity_pages_draw(chromium, tmp_path):
     check(chromium.open(write_capacity_page(result, tmp_path / "capacity.html")), 1)
 
 
+# the line over a timeline drawn from the windows a run without a trace kept
+WINDOW_JS = """JSON.stringify({plots: document.querySelectorAll('.js-plotly-plot').length,
+  traces: Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => p._fullData.length),
+  line: (document.querySelector('p.window') || {}).innerText || '',
+  titles: Array.from(document.querySelectorAll('.gtitle, .annotation-text')).map(e =>
+    e.textContent)})"""
+
+
+def test_an_online_run_without_a_trace_draws_its_windows_and_every_step(chromium, tmp_path):
+    import dataclasses
+
+    from test_report_serving import ONLINE
+
+    from cbsim.app import run_engines
+
+    quiet = ["output.print_table=false", "output.progress=false", "mode.bands=false"]
+    cfg = make_config([*ONLINE, "engine=compare", *quiet, "output.trace=false"])
+    cfg.output.report = True
+    run_engines(cfg, dataclasses.asdict(cfg), tmp_path)
+    r = chromium.open(tmp_path / "report.html", expression=WINDOW_JS)
+    # the time split, the windows, step time, each step's make-up, the latency CDFs, the queue
+    check(r, 6)
+    assert "the timeline shows windows of 6 steps" in r.probe["line"], r.probe
+    for engine in ("sync", "async"):
+        titles = [t for t in r.probe["titles"] if t.startswith(f"{engine} · ")]
+        kinds = [t.split(" · ")[1].split(":")[0] for t in titles]
+        assert kinds == ["first steps", "steady state", "end"], r.probe["titles"]
+
+
 @pytest.mark.slow
 def test_a_simulated_run_report_opens(chromium, tmp_path):
     args = [

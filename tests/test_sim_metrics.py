@@ -113,7 +113,7 @@ def test_simulate_many_gives_each_config_s_engines_their_metrics():
             assert_same(compute_metrics(trace), metrics)
 
 
-QUIET = ("output.report=false", "output.print_table=false", "output.progress=false")
+QUIET = ("output.print_table=false", "output.progress=false")
 # a few chunks of spans each (cbsim.sim.recorder.CHUNK_SPANS): 5,000 steps of 8 spans
 LONG = ("model=llama3_1b", "workload.batch_size=4", "workload.num_requests=8")
 
@@ -121,10 +121,11 @@ LONG = ("model=llama3_1b", "workload.batch_size=4", "workload.num_requests=8")
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["engine=sync", *LONG, "workload.gen_len=2500"],
-        ["engine=async", *LONG, "workload.gen_len=2500"],
+        ["engine=sync", *LONG, "workload.gen_len=2500", "output.report=false"],
+        ["engine=async", *LONG, "workload.gen_len=2500", "output.report=true"],
         [
             "engine=compare",
+            "output.report=true",
             "workload.arrival=poisson",
             "workload.rate=40",
             "workload.num_requests=96",
@@ -144,7 +145,8 @@ def test_a_run_s_metrics_are_the_same_with_the_trace_kept_or_not(tmp_path, overr
         (tmp_path / keep).mkdir()
         out[keep] = run_engines(cfg, dataclasses.asdict(cfg), tmp_path / keep)
     assert list((tmp_path / "true").glob("trace*.json.gz"))
-    assert not list((tmp_path / "false").iterdir())
+    report = ["report.html"] if "output.report=true" in overrides else []
+    assert [p.name for p in (tmp_path / "false").iterdir()] == report
     m = out["true"]
     runs = [m] if "steps" in m else [m["sync"], m["async"]]
     assert all(r["steps"] > 0 and r["p99_itl_ms"] > 0 for r in runs)
@@ -212,3 +214,45 @@ def test_a_run_without_a_trace_holds_a_few_hundred_bytes_a_request_and_no_token_
     grew = large[2] - small[2]
     assert large[0] < 200  # steps: what grows is the requests
     assert grew < 1000 * 60_000, f"{grew / 60_000:.0f} bytes a request"
+
+
+REPORT_MEMORY_SCRIPT = """
+import dataclasses, resource, sys, tempfile
+from pathlib import Path
+from cbsim.api import compose
+from cbsim.app import run_engines
+gen_len, trace = sys.argv[1:]
+cfg = compose(
+    "model=llama3_1b", "engine=async", "mode.bands=false", "workload.batch_size=4",
+    "workload.num_requests=4", "workload.prompt_len=32", f"workload.gen_len={gen_len}",
+    f"output.trace={trace}", "output.report=true", "output.print_table=false",
+    "output.progress=false",
+)
+out = Path(tempfile.mkdtemp())
+m = run_engines(cfg, dataclasses.asdict(cfg), out)
+assert (out / "report.html").stat().st_size > 1e6
+print(m["steps"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def report_rss(gen_len: int, trace: bool) -> tuple[int, int]:
+    """(steps, peak RSS bytes) of an async run and its report (python -m cbsim's path), its
+    trace kept or not, in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [sys.executable, "-c", REPORT_MEMORY_SCRIPT, str(gen_len), str(trace).lower()]
+    res = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    steps, kib = map(int, res.stdout.split())
+    return steps, kib * 1024
+
+
+def test_a_run_without_a_trace_draws_its_report_in_a_few_numbers_a_step():
+    """output.trace=false with the report on: 4x the steps grow the peak memory by the fold's
+    and the per-step charts' few numbers a step (about 300 bytes), where the trace kept grows
+    it by every span, its metric tables and the report's frames (about 10 KB a step)."""
+    (s0, r0), (s1, r1) = report_rss(20_000, False), report_rss(80_000, False)
+    (t0, k0), (t1, k1) = report_rss(2_000, True), report_rss(8_000, True)
+    assert s1 - s0 >= 60_000 and t1 - t0 >= 6_000
+    without, kept = (r1 - r0) / (s1 - s0), (k1 - k0) / (t1 - t0)
+    print(f"peak RSS a step: {without:.0f} bytes without a trace, {kept:.0f} with it kept")
+    assert without < 600 and without < kept / 10

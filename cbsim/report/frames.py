@@ -1,4 +1,5 @@
-"""Tables the report draws, computed from a trace alone (times in ms from the run's start)."""
+"""Tables the report draws, computed from a trace alone (times in ms from the run's start); a run
+without a trace gets the same tables from its fold and windows (cbsim.report.untraced)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ class RunFrames:
     gpu_lane: str
     total_ms: float
     # a run without a trace (cbsim.report.untraced): the windows its spans cover (label, start
-    # ms, end ms), the GPU's idle time over the whole run and its hazards by kind
+    # ms, end ms) and their steps, the GPU's idle time over the whole run and its hazards by kind
     windows: list[tuple[str, float, float]] | None = None
+    window_steps: int | None = None
     gpu_idle_ms: float | None = None
     hazard_counts: dict[str, int] | None = None
 

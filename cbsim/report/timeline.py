@@ -183,8 +183,11 @@ def _add_segments(fig, row, x, y, cd, name, engine, shown, hover) -> None:
 
 
 def detail_figure(runs: list[RunFrames]) -> go.Figure | None:
-    """Chosen windows of each run as bars with every field in the hover."""
-    per_run = [detail_windows(r.steps, r.spans) for r in runs]
+    """Chosen windows of each run as bars with every field in the hover (a run without a trace:
+    the windows its recorder kept)."""
+    per_run = [
+        r.windows if r.windows is not None else detail_windows(r.steps, r.spans) for r in runs
+    ]
     cols = max((len(w) for w in per_run), default=0)
     if cols == 0:
         return None

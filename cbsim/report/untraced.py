@@ -42,6 +42,7 @@ class UntracedRun:
 
     inputs: MetricInputs
     windows: list[Window]
+    width: int  # the windows' steps
     hazards: list[dict[str, Any]] = field(default_factory=list)
     other_data: dict[str, Any] = field(default_factory=dict)
     source: str = "sim"
@@ -57,19 +58,13 @@ def window_line(frames: list[RunFrames]) -> str | None:
             "No trace was kept (output.trace=false); the run is short, so its timeline shows "
             "every span."
         )
-    steps = max(_steps(label) for label, _, _ in windows)
+    steps = max(f.window_steps or 0 for f in frames)
     return (
         f"No trace was kept (output.trace=false), so the timeline shows windows of {steps} "
         "steps (output.report_window_steps) picked as the run went: the first steps, a "
         "steady-state window and the end. The charts below and the metrics cover every step; "
         "host stalls are named only inside these windows. output.trace=true draws every span."
     )
-
-
-def _steps(label: str) -> int:
-    """The steps a window's label names ("end: steps 394-399": 6)."""
-    first, last = label.rsplit(" ", 1)[-1].split("-")
-    return int(last) - int(first) + 1
 
 
 def untraced_frames(engine: str, run: UntracedRun) -> RunFrames:
@@ -99,6 +94,7 @@ def untraced_frames(engine: str, run: UntracedRun) -> RunFrames:
         gpu_lane=lane,
         total_ms=total_ms,
         windows=windows,
+        window_steps=run.width,
         gpu_idle_ms=max(total_ms - fold.busy_us(lane) / 1e3, 0.0),
         hazard_counts=dict(fold.hazards.most_common()),
     )
