@@ -28,8 +28,7 @@ from cbsim.trace.fold import TraceFold
 from cbsim.trace.window import StepWindows
 
 SPAN_COLUMNS = ("step", "slot", "requests", "query_tokens", "kv_tokens", "kind", "new_tokens")
-ARG_DEFAULTS = {"step": -1, "slot": -1, "requests": 0, "query_tokens": 0, "kv_tokens": 0}
-ARG_DEFAULTS |= {"kind": ""}
+ARG_DEFAULTS = dict(step=-1, slot=-1, requests=0, query_tokens=0, kv_tokens=0, kind="")
 INSTANT_COLUMNS = ("lane", "name", "ts", "rid", "tokens", "prompt_len")
 # spans buffered before they are folded (about 300 bytes each while buffered)
 CHUNK_SPANS = 1 << 15
