@@ -106,7 +106,7 @@ def test_a_run_over_memory_for_its_trace_is_told_that_without_one_it_fits():
     assert "output.trace=false (no trace kept, the report's timeline in windows of 6 " in allowed
     assert "limits.max_memory_gb=2 to run it anyway" in allowed
     assert check_size(make_config([*run, "output.trace=false"])).memory_bytes < 1e9
-    tight = ["workload.gen_len=65536", "limits.max_memory_gb=0.25"]
+    tight = ["workload.gen_len=65536", "limits.max_memory_gb=0.22"]
     with pytest.raises(ConfigError) as info:
         check_size(make_config(tight))
     allowed = str(info.value).rsplit("allowed:", 1)[1]
