@@ -16,7 +16,8 @@ paged cache, then attends over the cache:
   (a diagnostic over the H200's recordings).
 
 Everything here runs on device tensors only (no host syncs), so a decode-only forward can be
-captured in a CUDA graph.
+captured in a CUDA graph. A step with prompt tokens replayed from piecewise graphs
+(runtime/piecewise.py) runs `attend` eagerly between its pieces, over the step's real groups.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ class AttnMeta:
     ext_bt: torch.Tensor | None = None  # [Be, We]
     ext_qmax: int = 0
     decode_kernel: DecodeKernel | None = None
+    # a step replayed from piecewise graphs (runtime/piecewise.py): attention writes into ``out``
+    # ([rows + 1, Hq, D], a buffer outside the graph pool that the next piece reads), and each
+    # layer's call goes through ``split`` (where the piece being captured ends)
+    out: torch.Tensor | None = None
+    split: Callable[..., torch.Tensor] | None = None
     _derived: dict = field(default_factory=dict)
 
     def derive(self) -> None:
@@ -162,14 +168,29 @@ def paged_attention_forward(
     meta = cbsim_meta
     if meta is None:
         raise RuntimeError(f"attention {ATTN_NAME!r} needs the forward kwarg cbsim_meta (AttnMeta)")
-    layer = module.layer_idx
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if meta.split is not None:  # a piecewise step: the piece being captured ends here
+        return meta.split(module.layer_idx, query, key, value, scale, meta), None
+    return attend(module.layer_idx, query, key, value, scale, meta), None
+
+
+def attend(
+    layer: int,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float,
+    meta: AttnMeta,
+) -> torch.Tensor:
+    """One layer's attention, q/k/v [1, H, T, D] -> [1, T, Hq, D]: the step's K/V into the
+    paged cache, then each group (into ``meta.out`` when set: a piecewise replay calls this
+    between two pieces, and the next piece reads that buffer)."""
     q = query[0].transpose(0, 1)  # [T, Hq, D]
     meta.cache.write(layer, key[0].transpose(0, 1), value[0].transpose(0, 1), meta.slot_mapping)
     if meta.all_decode:
-        return _decode(q, layer, meta, scale).unsqueeze(0), None
+        return _decode(q, layer, meta, scale).unsqueeze(0)
     t, hq, dim = q.shape
-    out = q.new_empty(t + 1, hq, dim)
+    out = q.new_empty(t + 1, hq, dim) if meta.out is None else meta.out[: t + 1]
     if meta.dec_tok is not None:
         out.index_copy_(0, meta.dec_tok, _decode(q[meta.dec_tok], layer, meta, scale))
     if meta.pre_tok is not None:
@@ -179,7 +200,7 @@ def paged_attention_forward(
     if meta.ext_tok is not None:
         ext = prefill_torch(q, meta.cache.k[layer], meta.cache.v[layer], meta, scale)
         out.index_copy_(0, meta._derived["ext_out_idx"], ext.reshape(-1, hq, dim))
-    return out[:t].unsqueeze(0), None
+    return out[:t].unsqueeze(0)
 
 
 def register() -> None:
