@@ -32,6 +32,7 @@ from .collector import collector_frozen
 from .device_info import checkpoint_facts
 from .loop import LoopState, run_async, run_sync
 from .machine import device_memory_bytes, read_machine, warn_if_other_gpu
+from .piecewise import check_mixed_graphs
 from .recorder import Recorder
 from .runner import ModelRunner
 from .streams import EventRing, Streams
@@ -85,12 +86,8 @@ def check_device(config: CbsimConfig, engine: str, cpu_emulation: bool = False) 
     app checks every engine of a comparison before running any)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; the runtime runs one of: {', '.join(ENGINES)}")
-    if config.engine.mixed_graphs != "off":
-        raise ConfigError(
-            f"engine.mixed_graphs={config.engine.mixed_graphs} is a simulator what-if (the runtime "
-            "launches steps with prompt tokens eagerly); allowed with mode=runtime: off"
-        )
     device = torch.device(config.mode.device)
+    check_mixed_graphs(config, device, cpu_emulation)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
             f"mode.device={config.mode.device} but no CUDA device is visible; "
@@ -269,6 +266,7 @@ def summarize(
         "setup_s": setup_s,
         "steps": state.steps,
         "graph_steps": state.graph_steps,
+        "mixed_graph_steps": state.mixed_graph_steps,
         "eager_steps": state.steps - state.graph_steps,
         "generated_tokens": state.generated,
         "tokens_per_s": state.generated / max(wall_s, 1e-9),
@@ -316,6 +314,9 @@ def other_data(
         # what the build fused (mode.fuse_*; CUDA only): the simulator counts the same kernels
         "fused": runner.fused,
         "graph_buckets": runner.buckets,
+        # engine.mixed_graphs=buckets: the token buckets steps with prompt tokens replay
+        # piecewise at (cbsim.costs.mixed_graphs.token_buckets); [] when they run eagerly
+        "mixed_graph_buckets": runner.mixed.buckets if runner.mixed else [],
         # a graph per launch class of the Triton decode kernel, and the block-table widths
         # (blocks) each bucket's graphs were captured at
         "graph_width_classes": bool(

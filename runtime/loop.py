@@ -34,6 +34,7 @@ class LoopState:
     events: EventRing | None
     steps: int = 0
     graph_steps: int = 0
+    mixed_graph_steps: int = 0  # of those, steps with prompt tokens replayed piecewise
     generated: int = 0
     next_progress_s: float = PROGRESS_EVERY_S
 
@@ -61,7 +62,8 @@ class LoopState:
             done = launch(self.runner, plan, self.streams, ev, self.rec, row)
         self.rec.launched(row, slot_index, t0, t1, perf_counter(), plan)
         self.steps += 1
-        self.graph_steps += plan.bucket is not None
+        self.graph_steps += plan.pieces > 0
+        self.mixed_graph_steps += plan.pieces > 1
         return plan, done
 
     def wait_and_update(self, plan: StepPlan, done) -> None:

@@ -112,7 +112,7 @@ class Recorder:
         self.host[row, 1] = t0, t1
         self.host[row, 2] = t1, t2
         info = self.op_info[row]
-        info[0] = plan.bucket is not None
+        info[0] = plan.pieces  # 0 eager, 1 a decode graph, layers + 1 a piecewise replay
         info[1] = plan.layout.num_sample
         info[2] = 8 * plan.num_entries
         info[3] = 8 * (plan.bucket or plan.layout.num_sample)  # a graph step copies its bucket
@@ -198,9 +198,12 @@ class Recorder:
             tb.declare_lane(S.H2D)
         for row in np.flatnonzero(self.timed[: self.rows]).tolist():
             b = rows[row]
-            graph, new_tokens, h2d_bytes, d2h_bytes = (int(x) for x in self.op_info[row])
-            extras = ({"bytes": h2d_bytes}, {"new_tokens": new_tokens}, {"bytes": d2h_bytes})
-            fwd = S.GRAPH_REPLAY if graph else S.FORWARD
+            pieces, new_tokens, h2d_bytes, d2h_bytes = (int(x) for x in self.op_info[row])
+            fwd_args = {"new_tokens": new_tokens}
+            if pieces > 1:  # a piecewise replay: its graphs, attention eager between them
+                fwd_args["pieces"] = pieces
+            extras = ({"bytes": h2d_bytes}, fwd_args, {"bytes": d2h_bytes})
+            fwd = S.GRAPH_REPLAY if pieces else S.FORWARD
             for (lane, name), (start, end), extra in zip(OPS, self.ops[row], extras):
                 ts = us(start)
                 tb.add_span(
@@ -227,7 +230,8 @@ class Recorder:
 
     def _post_graph_host_us(self) -> float | None:
         """Median host time from a graph's submission to the end of its launch (the D2H enqueue
-        and the events): how long before the launch ends a replayed graph is in at the latest."""
+        and the events): how long before the launch ends a replayed graph is in at the latest
+        (whole graphs only: a piecewise replay's host launches attention between its pieces)."""
         n = self.rows
         graph = (self.op_info[:n, 0] == 1) & (self.submitted[:n] > 0) & (self.host[:n, 2, 1] > 0)
         if not graph.any():

@@ -24,6 +24,7 @@ from cbsim.config.schema import CbsimConfig
 from cbsim.costs.attention_groups import max_decode_rows
 from cbsim.costs.decode_kernel import LaunchRule, class_width, launch_classes
 from cbsim.costs.eager_tokens import round_up
+from cbsim.costs.mixed_graphs import bucket_of, buckets_of
 
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .device_info import select_blas
@@ -40,6 +41,7 @@ from .io_slots import (
 from .kernels.sampling import argmax_rows
 from .kv_cache import PagedKVCache
 from .model import DTYPES, build_model, model_shape
+from .piecewise import MixedGraphs
 
 # the IO buffer's sections that are AttnMeta fields of the same name (the attention groups'
 # tensors): a forward passes their views to AttnMeta by name
@@ -56,6 +58,9 @@ class StepPlan:
     bucket: int | None
     num_entries: int
     width: int | None = None  # the graph's block-table width (blocks), for a graph step
+    tokens_bucket: int | None = None  # a step with prompt tokens: its piecewise graphs' bucket
+    # graphs the forward replays: 0 eager, 1 a decode graph, layers + 1 a piecewise replay
+    pieces: int = 0
     # the forward span's args once launched: new_tokens is settled in update (EOS drops some)
     forward_args: dict | None = None
 
@@ -167,6 +172,15 @@ class ModelRunner:
             "graph_pool_bytes_single_slot": 0,
         }
         self._no_logits = torch.empty(0, dtype=torch.int64, device=device)
+        # steps with prompt tokens replayed piecewise per token bucket (engine.mixed_graphs)
+        tokens = buckets_of(config) if on else []
+        self.mixed = MixedGraphs(self, tokens) if tokens else None
+        self.memory.update(
+            mixed_graphs=0,
+            mixed_graph_steps=0,
+            mixed_pool_bytes=0,
+            mixed_attn_buffer_bytes=self.mixed.out_bytes if self.mixed else 0,
+        )
 
     def _launch_classes(self, rows: int) -> list[int]:
         """The table widths to capture a graph of ``rows`` requests at: one per launch class of
@@ -197,7 +211,14 @@ class ModelRunner:
                 slot.written,
             )
             width = class_width(self.graph_widths[bucket], int(batch.num_blocks.max()))
-            return StepPlan(batch, slot, layout, bucket, layout.total, width)
+            return StepPlan(batch, slot, layout, bucket, layout.total, width, pieces=1)
+        mixed = self.mixed
+        tokens = bucket_of(mixed.buckets, batch.query_tokens) if mixed else None
+        if tokens is not None and batch.query_tokens > len(batch):
+            flat, layout = mixed.pack(batch, carry, tokens)
+            slot.write(flat)
+            pieces = mixed.layers + 1
+            return StepPlan(batch, slot, layout, None, flat.size, None, tokens, pieces)
         flat, layout = pack(
             batch,
             self.cache.scratch_block,
@@ -226,7 +247,9 @@ class ModelRunner:
 
     def compute(self, plan: StepPlan) -> None:
         """Replay the slot's graph for the bucket, or run the step eagerly."""
-        if plan.bucket is not None:
+        if plan.tokens_bucket is not None:
+            self.mixed.run(plan.slot, plan.layout, plan.tokens_bucket)
+        elif plan.bucket is not None:
             graph = self.graphs.get((plan.slot.index, plan.bucket, plan.width))
             if graph is not None:
                 graph.replay()
@@ -242,12 +265,19 @@ class ModelRunner:
         v = layout.views(slot.dev_in)
         if width is not None:
             v["dec_bt"] = v["dec_bt"][:, :width]
-        ids = v["input_ids"]
+        self.carry_in(slot, v)
+        self.forward(slot, v, self.attn_meta(v, layout))
+
+    def carry_in(self, slot: IOSlot, v: dict) -> None:
+        """Token carry-over: placeholders (0) += the previous batch's sampled tokens."""
         carry = v["carry"]
         if carry is not None:
-            # token carry-over: placeholders (0) += the previous batch's sampled tokens
+            ids = v["input_ids"]
             prev = self.prev_out(slot)[: carry.numel()]
             ids.scatter_add_(0, carry.clamp(min=0), torch.where(carry >= 0, prev, 0))
+
+    def attn_meta(self, v: dict, layout: Layout, **extra) -> AttnMeta:
+        """The step's attention metadata over the slot's views, its shared indices derived."""
         meta = AttnMeta(
             cache=self.cache,
             num_tokens=layout.num_tokens,
@@ -257,11 +287,16 @@ class ModelRunner:
             ext_qmax=layout.ext_qmax,
             decode_kernel=self.decode_kernel,
             **{name: v[name] for name in META_SECTIONS},
+            **extra,
         )
         meta.derive()
+        return meta
+
+    def forward(self, slot: IOSlot, v: dict, meta: AttnMeta) -> None:
+        """The model over the step's rows, greedy tokens of the sampled rows into the slot."""
         keep = v["logits_idx"] if v["logits_idx"] is not None else self._no_logits
         logits = self.model(
-            input_ids=ids[None],
+            input_ids=v["input_ids"][None],
             position_ids=v["positions"][None],
             logits_to_keep=keep,
             cbsim_meta=meta,
@@ -273,7 +308,8 @@ class ModelRunner:
     def capture_graphs(self, stream: torch.cuda.Stream) -> None:
         """Warm each (bucket, width) up eagerly, then capture every (slot, bucket, width) into one
         shared pool, largest first, their GEMMs on ``mode.graph_blas``; records the pool's bytes
-        after the first slot and after all."""
+        after the first slot and after all. Then the piecewise graphs (engine.mixed_graphs) on
+        the same pool, their GEMMs on ``mode.blas``, and the bytes the pool grew by for them."""
         if not self.buckets:
             return
         select_blas(self.graph_blas, self.device)
@@ -281,6 +317,16 @@ class ModelRunner:
             self._capture(stream)
         finally:
             select_blas(self.blas, self.device)
+        if self.mixed is not None:
+            before = self.memory["graph_pool_bytes"]
+            self.mixed.capture(stream, self.pool)
+            used, _ = self._pool_bytes(self._pool_base)
+            self.memory.update(
+                graph_pool_bytes=used,
+                mixed_pool_bytes=used - before,
+                mixed_graphs=self.mixed.num_graphs,
+                mixed_graph_steps=len(self.mixed.sets),
+            )
 
     def _capture(self, stream: torch.cuda.Stream) -> None:
         order = [(b, w) for b in sorted(self.buckets, reverse=True) for w in self.graph_widths[b]]
@@ -292,7 +338,7 @@ class ModelRunner:
         torch.cuda.synchronize()
         self.pool = torch.cuda.graph_pool_handle()
         torch.cuda.empty_cache()  # the baseline: no cached, unused blocks outside the pool
-        base = torch.cuda.memory_reserved(self.device)
+        base = self._pool_base = torch.cuda.memory_reserved(self.device)
         for slot in self.slots:
             for b, w in order:
                 self._load_dummy(slot, b)

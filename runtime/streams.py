@@ -95,7 +95,7 @@ def launch(
     runner: ModelRunner, plan: StepPlan, st: Streams, ev: tuple | None, rec: Recorder, row: int
 ) -> torch.cuda.Event | None:
     """Enqueue the step; returns the event the host waits on (None on a CPU: already done)."""
-    fwd = S.GRAPH_REPLAY if plan.bucket is not None else S.FORWARD
+    fwd = S.GRAPH_REPLAY if plan.pieces else S.FORWARD
     if not st.cuda:
         t0 = perf_counter()
         runner.copy_in(plan)

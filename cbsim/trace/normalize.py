@@ -78,7 +78,8 @@ def correct_graph_start(trace: Trace, post_graph_host_us: float | None = None) -
     also holds the rest of the host's launch, while the GPU waits for the graph: counted as
     busy, and as a slower forward. The graph is in at the latest ``post_graph_host_us`` before
     the launch span ends; a span that starts earlier is started there (only runtime traces; a
-    simulated forward starts after its launch already)."""
+    simulated forward starts after its launch already). A piecewise replay (args.pieces > 1)
+    is left as it is: its first piece runs while the host launches the rest."""
     if trace.source != "runtime":
         return trace
     if post_graph_host_us is None:
@@ -91,7 +92,8 @@ def correct_graph_start(trace: Trace, post_graph_host_us: float | None = None) -
             launch_end[step] = max(launch_end.get(step, -math.inf), e["ts"] + e["dur"])
     events, moved = [], 0
     for e in trace.events:
-        if e.get("ph") == "X" and e["name"] == S.GRAPH_REPLAY:
+        whole = e.get("args", {}).get("pieces", 1) <= 1
+        if e.get("ph") == "X" and e["name"] == S.GRAPH_REPLAY and whole:
             ready = launch_end.get(e.get("args", {}).get("step"), -math.inf) - post_graph_host_us
             end = e["ts"] + e["dur"]
             if e["ts"] < ready < end:
