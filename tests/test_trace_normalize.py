@@ -59,6 +59,16 @@ def test_graph_span_starts_when_the_launch_has_submitted_it():
     assert correct_graph_start(built) is built  # simulated forwards start after their launch
 
 
+def test_a_piecewise_replay_keeps_its_start():
+    """A step replayed from piecewise graphs (args.pieces > 1) starts its first piece while the
+    host launches the rest: the correction that moves step 0's whole graph leaves it."""
+    b = TraceBuilder("runtime", {})
+    b.span(S.HOST, S.LAUNCH, 0.0, 700.0, step=0)
+    b.span(S.COMPUTE, S.GRAPH_REPLAY, 100.0, 9000.0, step=0, pieces=33)
+    built = b.build()
+    assert correct_graph_start(built) is built
+
+
 def test_a_trace_may_carry_its_own_post_graph_host_time():
     fixed = correct_graph_start(graph_trace(other={"post_graph_host_us": 200.0}))
     fwd = fixed.spans[fixed.spans.lane == S.COMPUTE].set_index("step")
