@@ -1,12 +1,14 @@
-"""What engine.mixed_graphs=buckets would buy, simulated: steps with prompt tokens replayed from
-piecewise CUDA graphs per token bucket (cbsim/costs/mixed_graphs.py) against launched eagerly.
+"""What engine.mixed_graphs=buckets buys: steps with prompt tokens replayed from piecewise CUDA
+graphs per token bucket (cbsim/costs/mixed_graphs.py, runtime/piecewise.py) against launched
+eagerly, simulated, and measured by the runtime on a GPU.
 
     python benchmarks/bench_mixed_graphs.py                    # hardware=h200 and h100
     python benchmarks/bench_mixed_graphs.py --hardware h100 --requests 64
+    python benchmarks/bench_mixed_graphs.py --runtime          # the GPU: the runtime, measured
+    python benchmarks/bench_mixed_graphs.py --runtime --small  # a CPU smoke test of the plumbing
 
-Predictions of the cost model, not measurements: the runtime does not implement mixed graphs
-(mode=runtime refuses the switch). Per online workload (engine=compare) and profile, with the
-switch off and on: the async engine's host ``launch`` per step by step kind (mean, ms), its GPU
+Simulated (the default): predictions of the cost model. Per online workload (engine=compare)
+and profile, with the switch off and on: the async engine's host ``launch`` per step by step kind (mean, ms), its GPU
 idle, its TTFT p50 / p99, both engines' totals, and the graph pool the switch sizes. A third
 row, "buckets, 1-op attention", is the same switch with the runtime's attention cut to one
 kernel per group and layer (hardware.gpu.*_kernels_per_layer=1, *_kernels_extra=0): what the
@@ -80,11 +82,81 @@ def row(hardware: str, overrides: tuple[str, ...], setting: str, requests: int) 
     ]
 
 
+# --small: the tiny model in the CPU emulation (execute(..., cpu_emulation=True)), seconds
+SMALL = (
+    "model=tiny",
+    "mode.device=cpu",
+    "workload.batch_size=4",
+    "workload.rate=50",
+    "workload.prompt_len=24",
+    "workload.gen_len=8",
+    "workload.max_batch_tokens=32",
+    "engine.eager_token_multiple=8",
+    "engine.graph_batch_sizes=[1,2,4]",
+)
+
+
+def runtime_rows(overrides: tuple[str, ...], setting: str, requests: int, small: bool):
+    """The runtime's measured row per engine: host launch and forward (GPU time, ms) by step
+    kind, TTFT p50, total, the graph pool and the piecewise graphs' share of it."""
+    from cbsim.api import compose
+    from cbsim.metrics import compute_metrics
+    from cbsim.runtime import piecewise
+    from cbsim.runtime.engine import execute
+
+    # the GPU session's verification: the path mode=runtime refuses until it has passed
+    piecewise.GPU_VERIFIED = True
+    cfg = compose(
+        "+experiment=online",
+        "mode=runtime",
+        f"workload.num_requests={requests}",
+        *overrides,
+        *SETTINGS[setting],
+    )
+    for engine in ("sync", "async"):
+        res = execute(cfg, engine, cpu_emulation=small)
+        s, m = res.trace.spans, compute_metrics(res.trace)
+        launch = s[(s.lane == "host") & (s.name == "launch")].groupby("kind").dur.mean()
+        fwd = s[s.lane == "compute"].groupby("kind").dur.mean()
+        mem = res.trace.other_data["memory"]
+        yield [
+            setting,
+            engine,
+            *(f"{launch[k] / 1e3:.2f}" if k in launch else "-" for k in KINDS),
+            *(f"{fwd[k] / 1e3:.2f}" if k in fwd else "-" for k in KINDS),
+            f"{m['ttft_ms_p50']:.0f}",
+            f"{m['total_time_s']:.2f}",
+            f"{mem['graph_pool_bytes'] / 2**20:.0f}",
+            f"{mem['mixed_pool_bytes'] / 2**20:.0f}",
+            str(mem["mixed_graphs"]),
+        ]
+
+
+def measure(args) -> None:
+    name = "small (tiny, CPU emulation)" if args.small else args.workload
+    overrides = SMALL if args.small else WORKLOADS[args.workload]
+    head = ["mixed_graphs", "engine", *(f"launch {k} ms" for k in KINDS)]
+    head += [*(f"forward {k} ms" for k in KINDS), "TTFT p50 ms", "total s"]
+    head += ["pool MiB", "pieces' MiB", "piece graphs"]
+    print(f"measured by the runtime, {name}, {args.requests} requests ({' '.join(overrides)})")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for setting in ("off", "buckets"):
+        for cells in runtime_rows(overrides, setting, args.requests, args.small):
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", nargs="+", default=["h200", "h100"])
     ap.add_argument("--requests", type=int, default=96, help="requests per workload")
+    ap.add_argument("--runtime", action="store_true", help="measure the runtime (the GPU)")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="1B poisson 40/s")
+    ap.add_argument("--small", action="store_true", help="with --runtime: tiny, on the CPU")
     args = ap.parse_args()
+    if args.runtime:
+        measure(args)
+        return
     head = ["mixed_graphs", *(f"launch {k} ms" for k in KINDS), "GPU idle %"]
     head += ["TTFT p50 ms", "TTFT p99 ms", "sync s", "async s", "pool MiB"]
     print(f"simulated predictions, engine=compare, {args.requests} requests per workload")

@@ -1,5 +1,6 @@
 """The runtime on CUDA (marker gpu; skipped without CUDA; run on the H200, log in
-its log beside a recorded set): async == sync == generate, graphs, streams and the shared graph pool."""
+its log beside a recorded set): async == sync == generate, graphs, streams, the shared graph pool
+and the piecewise graphs of steps with prompt tokens (engine.mixed_graphs=buckets)."""
 
 from __future__ import annotations
 
@@ -165,3 +166,36 @@ def test_graphs_per_table_width_replay_the_tokens_of_one_width(config_factory):
     assert classes["memory"]["graphs"] == per_width * sum(len(w) for w in widths.values())
     assert runs["true"].summary["graph_steps"] == runs["false"].summary["graph_steps"] > 0
     assert_same_tokens(runs["true"], runs["false"].outputs)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_mixed_graphs_replay_the_eager_tokens(config_factory, case, monkeypatch):
+    """engine.mixed_graphs=buckets on CUDA (runtime/piecewise.py; mode=runtime refuses it until
+    this passes, so the test lifts GPU_VERIFIED): the pieces captured per (slot, bucket) on the
+    shared pool, with the fusions the build applies, replayed with attention eager between
+    them: sync == async == the switch off == generate; layers + 1 graphs per (slot, bucket)."""
+    from cbsim.runtime import piecewise
+
+    monkeypatch.setattr(piecewise, "GPU_VERIFIED", True)
+    over = GPU + CASES[case] + ["mode.attention=torch", "engine.graph_batch_sizes=[1,2,4]"]
+    over += ["engine.eager_token_multiple=8"]
+    on = over + ["engine.mixed_graphs=buckets"]
+    off = execute(config_factory(over + ["engine=sync"]), "sync")
+    sync = execute(config_factory(on + ["engine=sync"]), "sync")
+    asyn = execute(config_factory(on + ["engine=async"]), "async")
+    assert_same_tokens(sync, off.outputs)
+    assert_same_tokens(asyn, off.outputs)
+    assert_same_tokens(sync, reference_tokens(config_factory(over), device="cuda"))
+    layers = config_factory(over).model.num_layers
+    for res, slots in ((sync, 1), (asyn, 2)):
+        od = res.trace.other_data
+        mem = od["memory"]
+        print(f"{case} {od['engine']}: {mem}")
+        assert od["fused"] == {"projections": True, "norm_rope": True, "epilogues": True}
+        assert mem["mixed_graph_steps"] == slots * len(od["mixed_graph_buckets"])
+        assert mem["mixed_graphs"] == mem["mixed_graph_steps"] * (layers + 1)
+        assert res.summary["mixed_graph_steps"] > 0
+        fwd = validate(res.trace.to_json_obj()).span_frame({"pieces": 0})
+        fwd = fwd[fwd.lane == S.COMPUTE]
+        prompt = fwd.query_tokens > fwd.requests
+        assert (fwd.pieces[prompt] == layers + 1).all()

@@ -1,5 +1,5 @@
 """engine.mixed_graphs: steps with prompt tokens replayed from piecewise graphs per token bucket
-(cbsim/costs/mixed_graphs.py), a simulator what-if the runtime refuses."""
+(cbsim/costs/mixed_graphs.py); the runtime's side is tests/test_runtime_mixed_graphs.py."""
 
 from __future__ import annotations
 

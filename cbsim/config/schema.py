@@ -210,7 +210,8 @@ class EngineConfig:
     continuation_decode_max: int = 0
     # how the Triton decode kernel launches over a table of a given width (both back ends)
     decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())
-    # "buckets": prompt steps in piecewise graphs (costs/mixed_graphs.py): sim only, runtime refuses
+    # "buckets": prompt steps in piecewise graphs (costs/mixed_graphs.py, runtime/piecewise.py;
+    # the runtime runs it in its CPU emulation and refuses it on a GPU until verified there)
     mixed_graphs: str = "off"
 
     def __post_init__(self) -> None:
