@@ -7,6 +7,8 @@ captured per (slot, bucket, table width); all graphs share one memory pool, so t
 about one. The widths are the decode kernel's launch classes (cbsim.costs.decode_kernel): a step
 replays the narrowest table that holds its longest request, so attention runs as it would over a
 table as wide as that request, not the run's longest.
+Steps with prompt tokens replay piecewise graphs per (slot, token bucket) with
+engine.mixed_graphs=buckets (runtime/piecewise.py: attention eager between the pieces).
 Everything else runs the same body eagerly. The runner issues work on the current stream; the
 engines choose the streams and the events between them.
 """
