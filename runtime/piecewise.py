@@ -32,6 +32,7 @@ attention's own temporaries come from the ordinary allocator, outside the pool.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -228,6 +229,8 @@ class MixedGraphs:
 
     @torch.inference_mode()
     def replay(self, slot: IOSlot, layout: Layout, pieces: PieceSet) -> None:
+        """The step's metadata derived eagerly, then piece 0, and each layer's attention from
+        the q/k/v its piece left in the pool into ``out`` before the next piece reads it."""
         meta = self.runner.attn_meta(layout.views(slot.dev_in), layout, out=self.out)
         graphs = pieces.graphs
         graphs[0].replay()
@@ -245,6 +248,9 @@ class MixedGraphs:
             for b in order:  # Triton compiles, cuBLAS picks its kernels, outside any capture
                 self._load(first, b)
                 self.body(first, self.dummies[b][1], Split())
+        torch.cuda.synchronize()
+        gc.collect()  # as torch.cuda.graph does: no collection frees tensors mid-capture
+        with torch.cuda.stream(stream):
             for slot in self.runner.slots:
                 for b in order:
                     self._load(slot, b)
