@@ -102,14 +102,21 @@ class Estimate:
     # ... without a trace, its report on (drawn from the folds and windows of steps)
     windowed_memory_bytes: int
     wall_s: float
+    bands_s: float  # the part of wall_s the bands' draws take (mode.bands)
     span_s: float  # the last arrival, simulated seconds
     driver: str  # the key that makes the run this large, as key=value
 
     def describe(self) -> str:
-        return (
+        text = (
             f"about {self.steps:,} steps and {self.events:,} trace events an engine, "
             f"{_size(self.memory_bytes)} peak memory, {_duration(self.wall_s)}"
         )
+        if self.bands_s > 0.5 * self.wall_s and self.wall_s > 60:
+            rest = _duration(self.wall_s - self.bands_s)
+            text += (
+                f" ({_duration(self.bands_s)} of it the bands' draws: {rest} with mode.bands=false)"
+            )
+        return text
 
 
 def _size(n: float) -> str:
@@ -172,6 +179,7 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
     if cfg.mode.name == "runtime":
         memory = fixed + runtime_bytes(cfg) if cfg.mode.device.startswith("cpu") else fixed
         wall = STARTUP_S + steps * engines * decode_step_s(cfg)
+        bands_s = 0.0
     else:
         traced = bool(out.trace)
         memory = fixed + events * TRACED_BYTES_PER_EVENT * engines
@@ -179,11 +187,8 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
             memory = windowed if out.report else untraced
         rate = TRACED_STEPS_PER_S if traced else UNTRACED_STEPS_PER_S
         requests_s = cfg.workload.total_requests * SIM_S_PER_REQUEST  # each simulation
-        wall = (
-            STARTUP_S
-            + engines * (steps / rate + requests_s)
-            + band_draws(cfg, in_sweep) * (steps / UNTRACED_STEPS_PER_S + requests_s)
-        )
+        bands_s = band_draws(cfg, in_sweep) * (steps / UNTRACED_STEPS_PER_S + requests_s)
+        wall = STARTUP_S + engines * (steps / rate + requests_s) + bands_s
     return Estimate(
         steps=steps,
         events=events,
@@ -193,6 +198,7 @@ def estimate(cfg: CbsimConfig, in_sweep: bool = False) -> Estimate:
         untraced_memory_bytes=int(untraced),
         windowed_memory_bytes=int(windowed),
         wall_s=wall,
+        bands_s=bands_s,
         span_s=span_s,
         driver=_driver(cfg, span_s, driver),
     )

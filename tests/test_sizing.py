@@ -237,3 +237,15 @@ def test_a_trace_found_past_the_limit_once_built_is_not_written_and_the_run_says
     assert "limits.max_trace_mb=6 to write it" in line
     names = {p.name for p in run_dir.iterdir()}
     assert "metrics.json" in names and not [n for n in names if n.startswith("trace")]
+
+
+def test_a_long_run_says_how_much_of_its_time_the_bands_take():
+    run = ["workload.num_requests=100000", "output.trace=false"]
+    with_bands, without = (estimate(make_config([*run, f"mode.bands={b}"])) for b in (True, False))
+    assert with_bands.bands_s > 0.5 * with_bands.wall_s and without.bands_s == 0
+    assert with_bands.wall_s - with_bands.bands_s == pytest.approx(without.wall_s)
+    assert (
+        "of it the bands' draws" in with_bands.describe()
+        and "mode.bands=false" in with_bands.describe()
+    )
+    assert "bands" not in without.describe()
