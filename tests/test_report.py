@@ -13,7 +13,7 @@ from synthetic_trace import loop_trace
 
 from cbsim.metrics import compute_metrics, why_line
 from cbsim.report import write_run_report
-from cbsim.report.charts import binned_steps
+from cbsim.report.charts import binned_steps, envelope_index
 from cbsim.report.frames import (
     busy_before,
     detail_windows,
@@ -97,6 +97,27 @@ def test_binned_steps_bound_the_bar_count():
     assert size == 3 and len(binned) == 334
     assert binned["first"].iloc[1] == 3 and binned["last"].iloc[-1] == 999
     assert binned_steps(steps.head(100))[1] == 1
+
+
+@pytest.mark.parametrize("n,cap", [(100_000, 1000), (100_001, 999), (5000, 100)])
+def test_a_long_series_keeps_each_bucket_s_min_and_max_within_the_cap(n, cap):
+    rng = np.random.default_rng(n)
+    y = rng.normal(10.0, 0.5, n)
+    y[[7, n // 3, n - 1]] = [500.0, 0.01, 300.0]  # a stall, a dip, a spike on the last step
+    at, size = envelope_index(y, cap)
+    assert size > 1 and len(at) <= cap and len(at) >= cap // 2
+    assert (np.diff(at) > 0).all()  # real steps, in order: x stays monotone
+    assert {7, n // 3, n - 1} <= set(at.tolist())
+    assert y[at].max() == y.max() and y[at].min() == y.min()
+    for b in (0, 17, (n - 1) // size):  # every bucket's own extremes
+        part = y[b * size : (b + 1) * size]
+        assert {part.max(), part.min()} <= set(y[at].tolist())
+
+
+def test_a_series_within_the_cap_is_drawn_whole():
+    y = np.arange(400.0)
+    at, size = envelope_index(y, 400)
+    assert size == 1 and at.tolist() == list(range(400))
 
 
 def test_single_run_report_is_self_contained(tmp_path):

@@ -149,6 +149,12 @@ def test_report_window_steps_is_checked():
     assert make_config(["output.report_window_steps=100"]).output.report_window_steps == 100
 
 
+def test_max_chart_points_is_checked():
+    with pytest.raises(ConfigError, match=r"^output.max_chart_points=99 is out of range; "):
+        make_config(["output.max_chart_points=99"])
+    assert make_config(["output.max_chart_points=100"]).output.max_chart_points == 100
+
+
 def test_the_page_without_a_trace_says_what_its_timeline_shows(tmp_path):
     from cbsim.app import run_engines
 
@@ -173,3 +179,43 @@ def test_the_page_without_a_trace_says_what_its_timeline_shows(tmp_path):
     for engine in ("sync", "async"):
         steps = metrics["false"][engine]["steps"]
         assert f"steps {steps - 5}-{steps - 1}" in alone  # the end window
+
+
+def test_a_long_run_s_step_time_lines_hold_at_most_the_cap(tmp_path):
+    """60,000 steps without a trace: the page's step-time lines keep at most
+    output.max_chart_points points each, its largest step kept, and the chart says it is
+    thinned."""
+    import json
+    import re
+
+    from cbsim.app import run_engines
+
+    cfg = make_config(
+        ["engine=sync", "model=llama3_1b", "workload.batch_size=1", "workload.num_requests=4"]
+        + ["workload.gen_len=15000", "mode.bands=false", "output.trace=false"]
+        + ["output.report=true", "output.print_table=false", "output.progress=false"]
+        + ["output.max_chart_points=1000"]
+    )
+    metrics = run_engines(cfg, dataclasses.asdict(cfg), tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    found = re.search(r'id="fig-\d+-step_time-data">(.*?)</script>', page, re.S)
+    fig = json.loads(found.group(1).replace("<\\/", "</"))
+    lines = [t for t in fig["data"] if t.get("mode") == "lines"]
+    assert metrics["steps"] >= 50_000 and len(lines) == 2
+    for t in lines:
+        x, y = plotted(t["x"]), plotted(t["y"])
+        assert 500 <= len(x) <= 1000 and len(x) == len(y)
+        assert (np.diff(x) > 0).all()
+    y = plotted(lines[0]["y"])
+    assert y.max() >= metrics["step_time_ms_p99"] and y.min() <= metrics["step_time_ms_p50"]
+    assert "Thinned: the min and max of each 120-step bucket" in fig["layout"]["title"]["text"]
+    assert len(found.group(1)) < 100_000  # every step's two lines: over 2 MB
+
+
+def plotted(values) -> np.ndarray:
+    """A trace's array as plotly writes it: a list, or typed base64 (bdata)."""
+    if isinstance(values, dict):
+        import base64
+
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"])
+    return np.asarray(values)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from cbsim.config.ranges import Range, declare
 
+MAX_CHART_POINTS = 20_000
+
 
 @dataclass
 class OutputConfig:
@@ -34,6 +36,10 @@ class OutputConfig:
     # window, the end: cbsim.trace.window), so its memory does not grow with the steps; its
     # other charts and the metrics cover every step
     report_window_steps: int = field(default=6, metadata=declare(Range(1, 100)))
+    # the most points a per-step line of the report draws: a longer run's step-time lines keep
+    # the min and max of each bucket of consecutive steps (spikes and stalls stay visible), so
+    # a run of 10^6 steps still writes a small page that draws fast; shorter runs draw every step
+    max_chart_points: int = field(default=MAX_CHART_POINTS, metadata=declare(Range(100)))
 
     def decided(self, in_sweep: bool) -> OutputConfig:
         """Every None replaced by what this kind of run does."""
@@ -48,4 +54,5 @@ class OutputConfig:
             print_table=pick(self.print_table, True, False),
             progress=pick(self.progress, True, False),
             report_window_steps=self.report_window_steps,
+            max_chart_points=self.max_chart_points,
         )

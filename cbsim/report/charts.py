@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from cbsim.config.output import MAX_CHART_POINTS
 from cbsim.report.frames import RunFrames
 from cbsim.report.style import PHASE_COLORS, engine_rows
 
@@ -91,22 +92,51 @@ def step_causes(run: RunFrames) -> dict[int, str]:
     return {k: "; ".join(v) for k, v in out.items()}
 
 
+def envelope_index(y: np.ndarray, max_points: int) -> tuple[np.ndarray, int]:
+    """(positions to draw, steps a bucket) of a per-step series: every position when it has at
+    most ``max_points``; else, per bucket of consecutive steps, where its min and its max fall,
+    in order. The points drawn are real steps and a one-step spike stays in the line."""
+    y = np.asarray(y, float)
+    n = len(y)
+    if n <= max_points:
+        return np.arange(n), 1
+    size = int(np.ceil(n / (max_points // 2)))
+    rows = int(np.ceil(n / size))
+    pad = rows * size - n
+    base = np.arange(rows) * size
+    lo = base + np.argmin(np.pad(y, (0, pad), constant_values=np.inf).reshape(rows, size), 1)
+    hi = base + np.argmax(np.pad(y, (0, pad), constant_values=-np.inf).reshape(rows, size), 1)
+    pairs = np.stack([np.minimum(lo, hi), np.maximum(lo, hi)], axis=1).ravel()
+    keep = np.concatenate([[True], pairs[1:] != pairs[:-1]])
+    return pairs[keep], size
+
+
 def _outliers(
-    fig: go.Figure, x, y, top: float, color: str, engine: str, causes: dict[int, str], **where
+    fig: go.Figure,
+    x,
+    y,
+    top: float,
+    color: str,
+    engine: str,
+    causes: dict[int, str],
+    count: int | None = None,
+    **where,
 ) -> None:
     """Values above the clipped axis as triangles on its top edge, real values and what is in
-    the step (prefill, a host stall) in the hover."""
+    the step (prefill, a host stall) in the hover; ``count``: how many steps are above, when
+    ``y`` is a thinned series."""
     x, y = np.asarray(x), np.asarray(y, float)
     over = y > top
     if not over.any():
         return
+    n = int(over.sum()) if count is None else count
     why = [causes.get(int(s), "") for s in x[over]]
     fig.add_trace(
         go.Scatter(
             x=x[over],
             y=np.full(int(over.sum()), top * 0.985),
             mode="markers",
-            name=f"{engine}: {int(over.sum())} steps above the axis (max {y[over].max():.1f} ms)",
+            name=f"{engine}: {n} steps above the axis (max {y[over].max():.1f} ms)",
             marker=dict(
                 symbol="triangle-up", size=9, color=color, line=dict(width=1, color="#000")
             ),
@@ -118,22 +148,28 @@ def _outliers(
     )
 
 
-def step_time_figure(runs: list[RunFrames]) -> go.Figure:
+def step_time_figure(runs: list[RunFrames], max_points: int = MAX_CHART_POINTS) -> go.Figure:
     """Step time over the run per engine, with the GPU's share of each step dotted; the axis
-    clipped to the steady state, the steps above it marked."""
+    clipped to the steady state, the steps above it marked. A line of more than ``max_points``
+    steps keeps each bucket's min and max (envelope_index), and the title says so."""
     fig = go.Figure()
     top = steady_top([r.steps["step_ms"].to_numpy(float) for r in runs])
+    sizes = []
     for r in runs:
         s = r.steps
         color = ENGINE_COLORS.get(r.engine, "#2ca02c")
+        steps = s["step"].to_numpy(int)
         for column, what, hover, line in (
             ("step_ms", "step time", "", dict(color=color, width=1.5)),
             ("gpu_ms", "GPU busy in the step", "GPU busy ", dict(color=color, width=1, dash="dot")),
         ):
+            y = s[column].to_numpy(float)
+            at, size = envelope_index(y, max_points)
+            sizes.append(size)
             fig.add_trace(
                 go.Scatter(
-                    x=s["step"].to_numpy(int),
-                    y=s[column].to_numpy(float),
+                    x=steps[at] if size > 1 else steps,
+                    y=y[at] if size > 1 else y,
                     mode="lines",
                     name=f"{r.engine}: {what}",
                     line=line,
@@ -141,9 +177,24 @@ def step_time_figure(runs: list[RunFrames]) -> go.Figure:
                 )
             )
         if top is not None:
-            _outliers(fig, s["step"], s["step_ms"], top, color, r.engine, step_causes(r))
+            y = s["step_ms"].to_numpy(float)
+            at, _ = envelope_index(y, max_points)
+            count = int((y > top).sum())
+            _outliers(fig, steps[at], y[at], top, color, r.engine, step_causes(r), count=count)
     if top is not None:
         fig.update_yaxes(range=[0, top])
+    if max(sizes, default=1) > 1:
+        fig.update_layout(
+            title=dict(
+                text=f"Thinned: the min and max of each {max(sizes)}-step bucket "
+                "(output.max_chart_points)",
+                font=dict(size=12),
+                x=0.5,
+                yref="container",
+                y=0.97,
+            ),
+            margin=dict(t=60),
+        )
     fig.update_layout(
         height=320,
         margin=dict(l=60, r=20, t=30, b=45),

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from cbsim.config import CbsimConfig
+from cbsim.config.output import MAX_CHART_POINTS
 from cbsim.metrics import why_line
 from cbsim.report.charts import stacked_steps_figure, step_time_figure, time_split_figure
 from cbsim.report.frames import RunFrames, run_frames
@@ -180,7 +181,8 @@ def build_page(
     page.figure(time_split_figure(frames), "split")
     kernels_section(page, traces)
     hazards_section(page, frames)
-    steps_sections(page, frames)
+    cap = config.output.max_chart_points if config is not None else MAX_CHART_POINTS
+    steps_sections(page, frames, cap)
     page.heading("The full trace", anchor="trace")
     if all(isinstance(t, UntracedRun) for t in traces.values()):
         page.para(NO_TRACE, "note")
@@ -193,9 +195,9 @@ def build_page(
     return page
 
 
-def steps_sections(page: Page, frames: list[RunFrames]) -> None:
-    """The timeline, its detail windows and the step-time charts; for runs without a trace,
-    the windows their recorder kept as the timeline."""
+def steps_sections(page: Page, frames: list[RunFrames], max_points: int) -> None:
+    """The timeline, its detail windows and the step-time charts (lines of at most
+    ``max_points``); for runs without a trace, the windows their recorder kept as the timeline."""
     line = window_line(frames)
     if line is not None:
         page.heading("Timeline", anchor="timeline")
@@ -203,7 +205,7 @@ def steps_sections(page: Page, frames: list[RunFrames]) -> None:
         detail = detail_figure(frames)
         if detail is not None:
             page.figure(detail, "detail")
-        steps_charts(page, frames)
+        steps_charts(page, frames, max_points)
         return
     style = timeline_section(page, frames)
     detail = detail_figure(frames) if style != "bars" else None
@@ -215,10 +217,10 @@ def steps_sections(page: Page, frames: list[RunFrames]) -> None:
             "note",
         )
         page.figure(detail, "detail")
-    steps_charts(page, frames)
+    steps_charts(page, frames, max_points)
 
 
-def steps_charts(page: Page, frames: list[RunFrames]) -> None:
+def steps_charts(page: Page, frames: list[RunFrames], max_points: int) -> None:
     """Step time and each step's make-up over the run."""
     page.heading("Step time over the run", anchor="steps")
     page.para(
@@ -228,7 +230,7 @@ def steps_charts(page: Page, frames: list[RunFrames]) -> None:
         "top edge (hover for their time).",
         "note",
     )
-    page.figure(step_time_figure(frames), "step_time")
+    page.figure(step_time_figure(frames, max_points), "step_time")
     page.figure(stacked_steps_figure(frames), "stacked")
 
 
