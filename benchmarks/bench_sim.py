@@ -26,6 +26,7 @@ import time
 from hydra import compose, initialize_config_module
 
 from cbsim.config.store import load_config, register_configs
+from cbsim.host import cpu_model
 from cbsim.metrics import MetricInputs, compute_metrics, metrics_from
 from cbsim.sim import simulate
 
@@ -41,13 +42,7 @@ def best_of(repeat: int, fn) -> tuple[float, object]:
 
 
 def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores visible, Python {platform.python_version()}"
+    return f"{cpu_model()}, {os.cpu_count()} cores visible, Python {platform.python_version()}"
 
 
 def same(a: dict, b: dict) -> bool:

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cbsim.host import cpu_model
+
 GRID = [
     "engine=sync,async",
     "workload.batch_size=1,2,4,8,16,32,64,128,192,256",
@@ -45,16 +47,6 @@ def grid_10k(every: int) -> list[str]:
 
 def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def run(cmd: list[str], cwd: str) -> tuple[float, float, tuple, tuple]:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from cbsim.config.hardware import HardwareConfig, device_matches
+from cbsim.host import cpu_model
 from cbsim.trace.hardware import BASIS_DEVICE, COPY_OF_DEVICE, COPY_OF_HOST
 
 log = logging.getLogger("cbsim.runtime")
@@ -101,19 +102,10 @@ def driver_version() -> str:
 
 def host_info() -> dict[str, Any]:
     """The CPU model (/proc/cpuinfo), its logical cores and the RAM (total and free now)."""
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     total, available = host_ram_bytes()
     return {
         "host": platform.node(),
-        "host_cpu": cpu or platform.processor() or platform.machine(),
+        "host_cpu": cpu_model(),
         "host_cores": os.cpu_count() or 1,
         "host_ram_bytes": total,
         "host_ram_available_bytes": available,

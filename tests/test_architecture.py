@@ -19,6 +19,7 @@ FLOORS: dict[str, int] = {
     "cbsim.kv_blocks": 0,
     "cbsim.rundir": 0,
     "cbsim.interrupts": 0,
+    "cbsim.host": 0,
     # requests and what a step costs
     "cbsim.workload": 1,
     "cbsim.costs": 1,

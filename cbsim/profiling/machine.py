@@ -28,6 +28,7 @@ from cbsim.calibration.profile import CONF_HARDWARE
 from cbsim.calibration.run_config import compose_overrides
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.schema import HardwareConfig
+from cbsim.host import cpu_model
 from cbsim.profiling import profile_dir as pd
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.fit import fit_profile
@@ -98,14 +99,7 @@ def host_facts() -> dict[str, Any]:
     """The host's CPU model, cores and memory (Linux /proc where it is there)."""
     import os
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     ram = None
     try:
         pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")

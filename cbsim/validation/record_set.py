@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from cbsim.config import CbsimConfig, ConfigError
+from cbsim.host import cpu_model
 from cbsim.rundir import atomic_write_text
 
 EXTRA_KEYS = {
@@ -159,16 +160,6 @@ def machine() -> dict[str, str]:
         "hardware": f"{gpu}; host {cpu_model()}, {os.cpu_count()} cores",
         "software": ", ".join([*soft, f"Python {platform.python_version()}"]),
     }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def commit() -> str:
