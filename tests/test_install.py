@@ -12,10 +12,26 @@ import pytest
 from conftest import REPO
 
 
+def tracked_copy(root: Path) -> Path:
+    """The checkout's tracked files copied to ``root``: a build of its own (pip writes build/
+    into the source tree, and two test workers may build at once)."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        src, dst = REPO / name.decode(), root / name.decode()
+        if src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(src.read_bytes())
+    return root
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """cbsim installed (not editable) into a directory of its own, once for this module."""
-    target = tmp_path_factory.mktemp("install") / "site"
+    work = tmp_path_factory.mktemp("install")
+    source = tracked_copy(work / "source")
+    target = work / "site"
     subprocess.run(
         [
             sys.executable,
@@ -27,7 +43,7 @@ def installed(tmp_path_factory) -> Path:
             "--no-build-isolation",
             "--target",
             str(target),
-            str(REPO),
+            str(source),
         ],
         check=True,
         capture_output=True,
@@ -140,15 +156,7 @@ def test_the_readme_first_command_passes_from_the_checkout_root(tmp_path):
 
     command = block_after("## Install and run").strip()
     assert command.startswith("python3 -m venv .venv") and "pip install ." in command
-    root = tmp_path / "checkout"
-    files = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout.split(b"\0")
-    for name in filter(None, files):
-        src, dst = REPO / name.decode(), root / name.decode()
-        if src.is_file():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(src.read_bytes())
+    root = tracked_copy(tmp_path / "checkout")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     result = subprocess.run(
         ["bash", "-c", command + " hydra.run.dir=out"],
