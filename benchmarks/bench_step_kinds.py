@@ -37,7 +37,9 @@ import numpy as np
 import pandas as pd
 from bench_decode import COPY_TBPS, anchor, weights_read_bytes  # beside this script
 
-from cbsim.config import ConfigError
+from cbsim.config import CbsimConfig, ConfigError
+from cbsim.config.schema import ModelConfig
+from cbsim.trace import Trace
 from cbsim.trace import schema as S
 from cbsim.trace.hardware import hardware_of, measured_copy_rate, recorded_device
 
@@ -114,7 +116,7 @@ def parse_case(text: str) -> tuple[str, tuple[str, ...]]:
     return label.strip(), tuple(rest.split())
 
 
-def step_kinds(spans: pd.DataFrame, model, bytes_per_s: float) -> list[dict]:
+def step_kinds(spans: pd.DataFrame, model: ModelConfig, bytes_per_s: float) -> list[dict]:
     """One row per step kind present: the forwards on the compute lane and the host launches,
     grouped by their `kind` arg (what the scheduler built the step as)."""
     fwd = spans[(spans.lane == S.COMPUTE) & spans.name.isin(S.FORWARD_NAMES)]
@@ -153,7 +155,7 @@ def copy_rate(other: dict, copy_tbps: float) -> tuple[float, str]:
     return copy_tbps * 1e12, "--copy-tbps"
 
 
-def run_trace(overrides: list[str], engine: str, emulate: bool):
+def run_trace(overrides: list[str], engine: str, emulate: bool) -> tuple[CbsimConfig, Trace]:
     """(config, trace) of one run: `cbsim.runtime.run`, or with --small the runtime's CPU
     emulation of the async loop and the graphs (execute(..., cpu_emulation=True))."""
     from cbsim.api import compose
@@ -166,7 +168,9 @@ def run_trace(overrides: list[str], engine: str, emulate: bool):
     return config, run(config, engine)
 
 
-def measure(label: str, overrides: list[str], engine: str, graphs: str, a) -> list[dict]:
+def measure(
+    label: str, overrides: list[str], engine: str, graphs: str, a: argparse.Namespace
+) -> list[dict]:
     """The rows of one case, engine and mixed_graphs value: one per step kind, or one that
     says it was refused or failed."""
     key = {"case": label, "engine": engine, "graphs": graphs}
@@ -200,7 +204,7 @@ def release_memory() -> None:
         pass
 
 
-def run_cases(a) -> list[dict]:
+def run_cases(a: argparse.Namespace) -> list[dict]:
     t0 = time.perf_counter()
     rows: list[dict] = []
     for label, overrides in a.cases:
