@@ -20,6 +20,7 @@ from typing import Any
 from cbsim.calibration.calibrate import Calibration, FitOptions, calibrate
 from cbsim.calibration.recordings import load
 from cbsim.config.schema import HardwareConfig
+from cbsim.profiling.fresh import FRESH_DIR, apply_level, fresh_level, level_summary
 from cbsim.profiling.probes import PROBES_DIR
 from cbsim.profiling.profile_dir import KERNELS_DIR
 from cbsim.validation.tasks import runtime_traces
@@ -44,6 +45,7 @@ class Fitted:
     hardware: HardwareConfig
     calibration: Calibration | None
     notes: list[str]
+    fresh: dict[str, Any] | None = None
 
 
 def leaf_paths(obj: Any, prefix: str = "") -> list[str]:
@@ -109,14 +111,22 @@ def fit_profile(
         notes += cal.notes
     else:
         notes.append("no probe traces: every host and GPU cost is the base's")
+    level = fresh_level(out, hw)
+    if level is not None:
+        hw = apply_level(hw, level, prov)
+        notes.append(
+            f"host level: x{level.host:.3f} of the probes' fit, the median of "
+            f"{len(level.machines)} fresh runs ({FRESH_DIR}/), every host cost scaled by it"
+        )
     notes += keep_physical(hw, rates, prov)
     hw.provenance = {k: prov[k] for k in sorted(prov)}
     hw.source = (
         f"profiled by +experiment=profile_machine on {hw.device_name or 'this device'}: rates and "
-        f"kernel tables measured, host costs fitted on {len(recs)} probe traces, the rest from "
+        f"kernel tables measured, host costs fitted on {len(recs)} probe traces"
+        f"{' at the fresh runs level' if level is not None else ''}, the rest from "
         f"{base.name} (provenance says which)"
     )
-    return Fitted(hw, cal, notes)
+    return Fitted(hw, cal, notes, level_summary(level) if level is not None else None)
 
 
 def keep_physical(hw: HardwareConfig, rates: dict[str, Any], prov: dict[str, str]) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,12 +33,13 @@ from cbsim.host import cpu_model
 from cbsim.profiling import profile_dir as pd
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.fit import fit_profile
+from cbsim.profiling.fresh import run_fresh
 from cbsim.profiling.options import ProfileOptions, read_options
 from cbsim.profiling.probes import PROBES_DIR, check_probes, run_probes
 from cbsim.profiling.profile_dir import KERNELS_DIR
 
 # seconds each step is expected to take on an H100 with the 8B (extra.estimates_s overrides)
-ESTIMATES_S = {"rates": 10.0, "kernels": 60.0, "probe_run": 8.0, "fit": 60.0}
+ESTIMATES_S = {"rates": 10.0, "kernels": 60.0, "probe_run": 8.0, "fresh_run": 40.0, "fit": 60.0}
 
 
 def compose_group(group: str, name: str) -> dict[str, Any]:
@@ -153,15 +155,23 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
 
     device = check_device(config, "sync")
     runs = sum(p.repeat * 2 for p in opts.probes)
+    fresh_s = est["fresh_run"] * opts.fresh_runs
     budget.ahead_s = est["rates"] + est["kernels"] * len(models) + est["probe_run"] * runs
-    budget.ahead_s += est["fit"]
+    budget.ahead_s += fresh_s + est["fit"]
     small = device.type != "cuda"
     rates = budget.run("device rates", est["rates"], lambda: measure_rates(device, small)) or {}
-    reserve = est["probe_run"] * runs + est["fit"]
+    reserve = est["probe_run"] * runs + fresh_s + est["fit"]
     _kernel_tables(config, opts, models, est["kernels"], reserve, budget, work, command)
     probes = run_probes(
-        config, models[next(iter(models))], opts.probes, work, budget, est["probe_run"], est["fit"]
+        config,
+        models[next(iter(models))],
+        opts.probes,
+        work,
+        budget,
+        est["probe_run"],
+        fresh_s + est["fit"],
     )
+    _fresh_runs(opts, command, work, budget, est)
     name = opts.name or profile_name(str(rates.get("device_name", "")))
     if (CONF_HARDWARE / f"{name}.yaml").exists():
         name += "_profiled"  # a shipped preset of that name would shadow it on the search path
@@ -187,6 +197,7 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
         fitted = fit_profile(work, base, rates, name, _fit_options(opts), probes=False)
     path = pd.write_hardware(work, fitted.hardware)
     manifest.update(
+        fresh=fitted.fresh,
         notes=fitted.notes,
         fit=fitted.calibration.table().splitlines() if fitted.calibration else [],
         steps=budget.steps,
@@ -201,6 +212,16 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
         "hardware_yaml": str(path.relative_to(work)),
         "steps": budget.steps,
     }
+
+
+def _fresh_runs(opts: ProfileOptions, command: str, work: Path, budget: Budget, est) -> None:
+    """The fresh probe again in separate processes, as a user runs it (cbsim.profiling.fresh)."""
+    probe = next((p for p in opts.probes if p.name == opts.fresh_probe), None)
+    if probe is None or not opts.fresh_runs:
+        return
+    args = shlex.split(command)[3:]  # after "python -m cbsim"
+    model = opts.models[0] if opts.models else None
+    run_fresh(args, model, probe, work, opts.fresh_runs, budget, est["fresh_run"], est["fit"])
 
 
 def _kernel_tables(config, opts, models, each_s, reserve_s, budget, work, command) -> None:
@@ -267,6 +288,8 @@ def refit(config: CbsimConfig, opts: ProfileOptions, command: str) -> dict[str, 
     rates = dict(manifest.get("rates") or {})
     fitted = fit_profile(root, base, rates, name, _fit_options(opts))
     path = pd.write_hardware(root, fitted.hardware)
+    if fitted.fresh is not None:
+        manifest["fresh"] = fitted.fresh
     manifest.setdefault("refits", []).append({"command": command, "commit": commit_of(opts)})
     pd.write_manifest(root, manifest)
     print(f"profile_machine: refitted {path}", file=sys.stderr)

@@ -29,6 +29,9 @@ EXTRA_KEYS = {
     "kernel grid",
     "forward_samples": "forward spans used per probe trace by the forward fit (8 or more)",
     "starts": "starts of the forward fit, the best kept (1, 2 or 3)",
+    "fresh_runs": "separate `python -m cbsim` processes of the fresh_probe, whose median host "
+    "factor sets the profile's host level and whose spread sets host.spread.between_calls (0: none)",
+    "fresh_probe": "the probe (a name in extra.probes) the fresh runs repeat",
 }
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -57,6 +60,8 @@ class ProfileOptions:
     commit: str | None = None
     forward_samples: int = 240
     starts: int = 3
+    fresh_runs: int = 3
+    fresh_probe: str = "reference"
     cpu: dict[str, Any] = field(default_factory=dict)
 
     def on_cpu(self) -> ProfileOptions:
@@ -72,7 +77,8 @@ class ProfileOptions:
                 values[key] = min(values.get(key, cap), cap)
             probes.append(Probe(p.name, values, min(p.repeat, repeat)))
         kernels = {**self.kernels, **(self.cpu.get("kernels") or {})}
-        return dataclasses.replace(self, probes=probes, kernels=kernels)
+        fresh = min(self.fresh_runs, int(self.cpu.get("fresh_runs", self.fresh_runs)))
+        return dataclasses.replace(self, probes=probes, kernels=kernels, fresh_runs=fresh)
 
 
 def _names(key: str, value: Any) -> list[str]:
@@ -146,7 +152,7 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
     o.estimates_s = {k: _number(f"estimates_s.{k}", v, 0.0, 3600.0) for k, v in est.items()}
     o.commit = _optional_text("commit", extra.get("commit"))
     cpu = extra.get("cpu") or {}
-    keys = {"caps", "repeat", "kernels", "only"}
+    keys = {"caps", "repeat", "kernels", "only", "fresh_runs"}
     bad = sorted(set(cpu) - keys) if isinstance(cpu, dict) else ["cpu"]
     if bad:
         raise ConfigError(f"extra.cpu.{bad[0]} is not a key; allowed: {', '.join(sorted(keys))}")
@@ -155,6 +161,17 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
     o.cpu = dict(cpu)
     o.forward_samples = int(_number("forward_samples", extra.get("forward_samples", 240), 7, 1e6))
     o.starts = int(_number("starts", extra.get("starts", 3), 0, 3))
+    o.fresh_runs = extra.get("fresh_runs", 3)
+    if not isinstance(o.fresh_runs, int) or isinstance(o.fresh_runs, bool) or o.fresh_runs > 10:
+        raise ConfigError(f"extra.fresh_runs={o.fresh_runs!r}; allowed: an integer 0 to 10")
+    if o.fresh_runs < 0:
+        raise ConfigError(f"extra.fresh_runs={o.fresh_runs!r}; allowed: an integer 0 to 10")
+    o.fresh_probe = _names("fresh_probe", extra.get("fresh_probe", "reference"))[0]
+    if o.fresh_runs and o.refit is None and o.fresh_probe not in {p.name for p in o.probes}:
+        raise ConfigError(
+            f"extra.fresh_probe={o.fresh_probe!r} is not a probe; allowed: "
+            f"{', '.join(p.name for p in o.probes)}"
+        )
     return o
 
 

@@ -1,0 +1,165 @@
+"""The host's level as users meet it: the reference probe run again as separate
+``python -m cbsim mode=runtime engine=compare`` processes, each measured against the fitted
+profile.
+
+The probes run in one process that built the model once; a user's run is a process of its own.
+Host costs seen by separate processes of one machine differ from run to run by up to 2-3x
+(recorded reference workloads of one device call: schedule 10-31 us a step), so the level the
+probes measured is one draw. Each fresh run gives one host factor, every host cost's multiplier
+that puts the simulated sync total on the recorded one with the run's own forward factor (the
+anchor of cbsim/validation/anchor.py); the profile takes their median as its host level and the
+spread of their logs as ``host.spread.between_calls``. Their traces stay in the profile
+directory (``fresh/``), so ``extra.refit`` measures the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cbsim.bands import host_times_scaled
+from cbsim.calibration.recordings import load
+from cbsim.config.schema import HardwareConfig
+from cbsim.profiling.budget import Budget
+from cbsim.profiling.options import Probe
+from cbsim.validation.anchor import CallMachine, measure_call
+from cbsim.validation.measure import measure
+from cbsim.validation.tasks import runtime_traces
+
+FRESH_DIR = "fresh"
+# the command-line keys a fresh run takes from the user's command: what chooses the machine
+# and the runtime (mode.*, engine.*), not what belongs to the profile command or its outputs
+PASSED = ("mode.", "engine.", "model=", "model.")
+
+
+def fresh_command(args: list[str], model: str | None, probe: Probe, folder: Path) -> list[str]:
+    """``python -m cbsim`` for one fresh run: the user's mode and engine keys, the probe's
+    values, both engines, its trace into ``folder``."""
+    kept = [a for a in args if a.lstrip("+~").startswith(PASSED)]
+    if model is not None:
+        kept = [a for a in kept if not a.startswith("model=")] + [f"model={model}"]
+    values = [f"{k}={_value(v)}" for k, v in probe.values.items()]
+    outputs = [
+        "output.trace=true",
+        "output.trace_gzip=true",
+        "output.report=false",
+        "output.print_table=false",
+        f"hydra.run.dir={folder}",
+    ]
+    cuda = not any(a.startswith("mode.device=") and "cuda" not in a for a in kept)
+    engine = "engine=compare" if cuda else "engine=sync"
+    return [sys.executable, "-m", "cbsim", "mode=runtime", *kept, *values, engine, *outputs]
+
+
+def _value(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def run_fresh(
+    args: list[str],
+    model: str | None,
+    probe: Probe,
+    out: Path,
+    runs: int,
+    budget: Budget,
+    each_s: float,
+    reserve_s: float,
+) -> int:
+    """``runs`` fresh processes of ``probe`` into out/fresh/run_<i>; returns how many ran."""
+    done = 0
+    for i in range(1, runs + 1):
+        folder = out / FRESH_DIR / f"run_{i}"
+        cmd = fresh_command(args, model, probe, folder)
+
+        def once(cmd: list[str] = cmd) -> bool:
+            r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+                raise RuntimeError(f"exit {r.returncode}: {tail[0]}")
+            return True
+
+        budget.ahead_s = each_s * (runs - i) + reserve_s
+        if budget.run(f"fresh run {i} of {probe.name}", each_s, once, reserve_s):
+            done += 1
+    return done
+
+
+@dataclasses.dataclass(frozen=True)
+class FreshLevel:
+    """The fresh runs against a profile: one CallMachine each, their median host factor and
+    the standard deviation of the factors' logs (0 with fewer than two)."""
+
+    machines: dict[str, CallMachine]
+    host: float
+    between_calls: float
+
+
+def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
+    """The host level of out/fresh's runs against ``hw``; None without fresh runs."""
+    paths = sorted((out / FRESH_DIR).glob("*/trace*.json.gz"))
+    if not paths:
+        return None
+    by_run: dict[str, dict[str, Any]] = {}
+    for r in runtime_traces(load(paths, out / FRESH_DIR)):
+        by_run.setdefault(Path(r.name).parts[0], {})[r.engine] = r
+    machines = {}
+    for run, engines in sorted(by_run.items()):
+        sync = engines.get("sync")
+        if sync is None:
+            continue
+        async_ = engines.get("async")
+        if async_ is not None:
+            machines[run] = measure_call(sync, async_, hw, "factor")
+        else:  # a CPU smoke run records sync only: its forward is taken as profiled
+            machines[run] = CallMachine(1.0, host=_sync_only_host(sync, hw))
+    if not machines:
+        return None
+    logs = [math.log(m.host) for m in machines.values()]
+    spread = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    return FreshLevel(machines, statistics.median(m.host for m in machines.values()), spread)
+
+
+def _sync_only_host(sync, hw: HardwareConfig) -> float:
+    from cbsim.validation.measure import simulate_like
+
+    real = measure(sync.trace)["total_time_s"]
+    one, two = (
+        measure(simulate_like(sync, CallMachine(1.0, host=f).profile(hw)))["total_time_s"]
+        for f in (1.0, 2.0)
+    )
+    return 1.0 + (real - one) / (two - one) if two > one else 1.0
+
+
+def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:
+    """``hw`` with every host cost times the fresh runs' median factor and their spread as
+    ``host.spread.between_calls``; provenance says so."""
+    host = host_times_scaled(hw.host, level.host)
+    n = len(level.machines)
+    note = f"x{level.host:.3f}, the median host factor of {n} fresh runs ({FRESH_DIR}/)"
+    for key in prov:
+        if key.startswith("host.") and not key.startswith("host.spread."):
+            prov[key] = f"{prov[key]}; times {note}"
+    if n > 1:
+        spread = dataclasses.replace(host.spread, between_calls=round(level.between_calls, 4))
+        host = dataclasses.replace(host, spread=spread)
+        prov["host.spread.between_calls"] = (
+            f"measured: std of log host factor over {n} fresh runs ({FRESH_DIR}/)"
+        )
+    return dataclasses.replace(hw, host=host)
+
+
+def level_summary(level: FreshLevel) -> dict[str, Any]:
+    """For the manifest: each run's host and forward factor, the median and the spread."""
+    return {
+        "host_factor": round(level.host, 4),
+        "between_calls": round(level.between_calls, 4),
+        "runs": {
+            run: {"host": round(m.host, 4), "forward": round(m.forward, 4)}
+            for run, m in level.machines.items()
+        },
+    }
