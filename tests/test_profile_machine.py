@@ -77,6 +77,49 @@ def test_the_manifest_names_the_gpu_host_software_commit_command_and_step_times(
 
 
 @pytest.mark.slow
+def test_fresh_processes_of_the_reference_set_the_host_level_and_its_spread(profile):
+    """The reference probe run again as separate `python -m cbsim` processes (fresh/): each
+    one's host factor in the manifest, their median on every host cost, their spread as
+    host.spread.between_calls, and provenance saying so."""
+    m = yaml.safe_load((profile / "manifest.yaml").read_text())
+    runs = m["fresh"]["runs"]
+    assert sorted(runs) == ["run_1", "run_2"] and all(r["host"] > 0 for r in runs.values())
+    hosts = [r["host"] for r in runs.values()]
+    assert m["fresh"]["host_factor"] == pytest.approx(sum(hosts) / 2, abs=1e-3)
+    (hw_yaml,) = (profile / "hardware").glob("*.yaml")
+    hw = yaml.safe_load(hw_yaml.read_text())
+    assert hw["host"]["spread"]["between_calls"] == pytest.approx(m["fresh"]["between_calls"])
+    assert hw["provenance"]["host.spread.between_calls"].startswith("measured: std of log")
+    assert "fresh runs" in hw["provenance"]["host.schedule.fixed_us"]
+    assert len(list(profile.glob("fresh/run_*/trace*.json.gz"))) == 2
+
+
+def test_a_fresh_run_is_the_users_command_with_the_probes_values():
+    from cbsim.profiling.fresh import fresh_command
+    from cbsim.profiling.options import Probe
+
+    args = [
+        "+experiment=profile_machine",
+        "mode=runtime",
+        "mode.attention=torch",
+        "model=llama3_8b",
+        "extra.models=[llama3_1b]",
+        "hydra.run.dir=x",
+    ]
+    probe = Probe("reference", {"workload.batch_size": 32, "engine.cuda_graphs": False})
+    cmd = fresh_command(args, "llama3_1b", probe, Path("/p/fresh/run_1"))
+    assert cmd[1:4] == ["-m", "cbsim", "mode=runtime"]
+    assert (
+        "mode.attention=torch" in cmd and "model=llama3_1b" in cmd and "model=llama3_8b" not in cmd
+    )
+    assert "workload.batch_size=32" in cmd and "engine.cuda_graphs=false" in cmd
+    assert "engine=compare" in cmd and "hydra.run.dir=/p/fresh/run_1" in cmd
+    assert not any(a.startswith(("extra.", "+experiment", "hydra.run.dir=x")) for a in cmd)
+    cpu = fresh_command([*args, "mode.device=cpu"], None, probe, Path("/q"))
+    assert "engine=sync" in cpu and "model=llama3_8b" in cpu
+
+
+@pytest.mark.slow
 def test_hardware_dir_composes_and_simulates_with_its_own_kernel_table(profile, tmp_path):
     got = cbsim(
         [
