@@ -24,6 +24,7 @@ from typing import Any
 
 from cbsim.bands import host_times_scaled
 from cbsim.calibration.recordings import load
+from cbsim.config.errors import ConfigError
 from cbsim.config.schema import HardwareConfig
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.options import Probe
@@ -113,10 +114,13 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
         if sync is None:
             continue
         async_ = engines.get("async")
-        if async_ is not None:
-            machines[run] = measure_call(sync, async_, hw, "factor")
-        else:  # a CPU smoke run records sync only: its forward is taken as profiled
-            machines[run] = CallMachine(1.0, host=_sync_only_host(sync, hw))
+        try:
+            if async_ is not None:
+                machines[run] = measure_call(sync, async_, hw, "factor")
+            else:  # a CPU smoke run records sync only: its forward is taken as profiled
+                machines[run] = CallMachine(1.0, host=_sync_only_host(sync, hw))
+        except ConfigError:  # a factor outside anchor.FACTOR_RANGE: not a probe of this host
+            continue
     if not machines:
         return None
     logs = [math.log(m.host) for m in machines.values()]
