@@ -235,3 +235,22 @@ def test_the_h100_held_out_judgement_in_the_docs_is_what_the_committed_data_give
     below = next(c for k, c in checks.items() if k.startswith("RMSE below the constant"))
     assert below["passed"] and below["value"] == pytest.approx(0.49, abs=0.01)
     assert below["baseline_rmse_points"] == pytest.approx(6.41, abs=0.01)
+
+
+def test_validate_by_default_judges_the_newest_profile_the_command_made_on_its_held_out_sets():
+    """+experiment=validate's default is the newest shipped profile of tier profiled (by its
+    manifest's date), selected by name from the preset, its kernel tables its own, judged
+    against the targets with bands, on recordings that exist."""
+    from cbsim.config.shipped_profiles import shipped_roots
+
+    made = {}
+    for root in shipped_roots():
+        m = yaml.safe_load((root / "manifest.yaml").read_text())
+        if "+experiment=profile_machine" in str(m.get("command", "")):
+            made[str(m["date"])] = root.name
+    cfg = make_config(["+experiment=validate"])
+    assert cfg.hardware.name == made[max(made)] and cfg.hardware.tier == "profiled"
+    assert Path(cfg.hardware.kernel_table).is_relative_to(REPO / "cbsim" / "profiles")
+    assert cfg.extra["targets"]["speedup_rmse_points"] == 1.0 and cfg.extra["holdout"] == "profile"
+    for pattern in cfg.trace:
+        assert list((REPO / "experiments" / "recordings").glob(pattern)), pattern

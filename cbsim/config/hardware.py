@@ -17,6 +17,8 @@ from cbsim.config.gpu_clock import GpuClock as GpuClock
 from cbsim.config.host_regimes import HostRegimes as HostRegimes
 from cbsim.config.model_error import ModelError as ModelError
 from cbsim.config.phase_cost import PhaseCost as PhaseCost
+from cbsim.config.shipped_profiles import kernel_table_files as kernel_table_files
+from cbsim.config.shipped_profiles import shipped_root
 
 KERNEL_COUNTS_OF = ("unfused", "fused", "engine")
 # how a profile's numbers were obtained, best first (hardware=auto ranks profiles by it):
@@ -59,22 +61,6 @@ def device_matches(device_name: str, gpu_name: str) -> bool:
     device_name names none in particular, so it matches every GPU)."""
     wanted = device_name.strip().casefold()
     return not wanted or wanted in gpu_name.casefold()
-
-
-def kernel_table_files(path: str) -> list[Path]:
-    """The CSV files ``hardware.kernel_table`` names: a file, or every ``*.csv`` of a directory;
-    a relative path is tried against the working directory, then the repository root."""
-    p = Path(path)
-    tried = [p] if p.is_absolute() else [Path.cwd() / p, REPO / p]
-    for cand in tried:
-        if cand.is_file():
-            return [cand]
-        if cand.is_dir() and (files := sorted(cand.glob("*.csv"))):
-            return files
-    raise ConfigError(
-        f"hardware.kernel_table={path!r}: no table there (tried {', '.join(map(str, tried))}); "
-        "allowed: a kernel-table CSV written by +experiment=profile_kernels, or a directory of them"
-    )
 
 
 @dataclass
@@ -394,4 +380,9 @@ class HardwareConfig:
         check_non_negative("hardware", self, ("copy_latency_us",))
         check_choice("hardware.tier", self.tier, TIERS)
         if self.kernel_table is not None:
-            kernel_table_files(self.kernel_table)
+            files = kernel_table_files(self.kernel_table, self.name)
+            root = shipped_root(self.name)
+            if root is not None and all(root in f.parents for f in files):
+                # a shipped profile's own tables: named absolutely, wherever the run starts
+                p = Path(self.kernel_table)
+                self.kernel_table = str(files[0] if (root / p).is_file() else root / p)

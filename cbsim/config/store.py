@@ -19,6 +19,7 @@ from cbsim.config.schema import (
     ModelConfig,
     WorkloadConfig,
 )
+from cbsim.config.shipped_profiles import register_search_path
 
 # Each group's YAML files name "<group>_schema" first in their defaults list.
 GROUP_SCHEMAS = {
@@ -33,6 +34,7 @@ GROUP_SCHEMAS = {
 def register_configs() -> None:
     if not OmegaConf.has_resolver("cbsim_help_groups"):
         OmegaConf.register_new_resolver("cbsim_help_groups", help_groups)
+    register_search_path()
     cs = ConfigStore.instance()
     cs.store(name="cbsim_schema", node=CbsimConfig)
     for group, node in GROUP_SCHEMAS.items():

@@ -276,7 +276,10 @@ def wants_bands(extra: dict[str, Any], holdout: str, results: list[RunResult]) -
     value = extra.get("bands", "auto")
     if value not in (True, False, "auto"):
         raise ConfigError(f"extra.bands={value!r}; allowed: true, false, auto")
-    if value is False or (value == "auto" and not any(r.across_calls for r in results)):
+    judged = holdout == "profile" and extra.get("targets") is not None
+    if value is False or (
+        value == "auto" and not judged and not any(r.across_calls for r in results)
+    ):
         return False
     spread = [r.hardware.host.spread for r in results if r.hardware is not None]
     if not any(s.between_calls or s.within_run for s in spread):
