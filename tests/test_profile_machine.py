@@ -113,8 +113,12 @@ def test_a_fresh_run_is_the_users_command_with_the_probes_values():
         "mode.attention=torch" in cmd and "model=llama3_1b" in cmd and "model=llama3_8b" not in cmd
     )
     assert "workload.batch_size=32" in cmd and "engine.cuda_graphs=false" in cmd
-    assert "engine=compare" in cmd and "hydra.run.dir=/p/fresh/run_1" in cmd
+    assert "engine=compare" in cmd and "hydra.run.dir='/p/fresh/run_1'" in cmd
     assert not any(a.startswith(("extra.", "+experiment", "hydra.run.dir=x")) for a in cmd)
+    assert not any(
+        a.startswith("model.")
+        for a in fresh_command([*args, "model.num_layers=2"], "llama3_1b", probe, Path("/p"))
+    )
     cpu = fresh_command([*args, "mode.device=cpu"], None, probe, Path("/q"))
     assert "engine=sync" in cpu and "model=llama3_8b" in cpu
 

@@ -42,15 +42,15 @@ def fresh_command(args: list[str], model: str | None, probe: Probe, folder: Path
     """``python -m cbsim`` for one fresh run: the user's mode and engine keys, the probe's
     values, both engines, its trace into ``folder``."""
     kept = [a for a in args if a.lstrip("+~").startswith(PASSED)]
-    if model is not None:
-        kept = [a for a in kept if not a.startswith("model=")] + [f"model={model}"]
+    if model is not None:  # the probes' model is that preset as it is, so the fresh runs' too
+        kept = [a for a in kept if not a.lstrip("+~").startswith("model")] + [f"model={model}"]
     values = [f"{k}={_value(v)}" for k, v in probe.values.items()]
     outputs = [
         "output.trace=true",
         "output.trace_gzip=true",
         "output.report=false",
         "output.print_table=false",
-        f"hydra.run.dir={folder}",
+        f"hydra.run.dir='{folder}'",
     ]
     cuda = not any(a.startswith("mode.device=") and "cuda" not in a for a in kept)
     engine = "engine=compare" if cuda else "engine=sync"
@@ -78,7 +78,11 @@ def run_fresh(
         cmd = fresh_command(args, model, probe, folder)
 
         def once(cmd: list[str] = cmd) -> bool:
-            r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            limit = max(120.0, 4 * each_s)
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=limit)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"no end after {limit:.0f} s") from None
             if r.returncode != 0:
                 tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
                 raise RuntimeError(f"exit {r.returncode}: {tail[0]}")
