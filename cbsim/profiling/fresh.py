@@ -28,14 +28,14 @@ from cbsim.config.errors import ConfigError
 from cbsim.config.schema import HardwareConfig
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.options import Probe
-from cbsim.validation.anchor import CallMachine, measure_call
-from cbsim.validation.measure import measure
+from cbsim.validation.anchor import FACTOR_RANGE, CallMachine, measure_call
 from cbsim.validation.tasks import runtime_traces
 
 FRESH_DIR = "fresh"
 # the command-line keys a fresh run takes from the user's command: what chooses the machine
 # and the runtime (mode.*, engine.*), not what belongs to the profile command or its outputs
 PASSED = ("mode.", "engine.", "model=", "model.")
+HOST_PHASES = ("schedule", "prepare", "update")
 
 
 def fresh_command(args: list[str], model: str | None, probe: Probe, folder: Path) -> list[str]:
@@ -120,11 +120,13 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
         async_ = engines.get("async")
         try:
             if async_ is not None:
-                machines[run] = measure_call(sync, async_, hw, "factor")
+                machine = measure_call(sync, async_, hw, "factor")
             else:  # a CPU smoke run records sync only: its forward is taken as profiled
-                machines[run] = CallMachine(1.0, host=_sync_only_host(sync, hw))
+                machine = CallMachine(1.0, host=_sync_only_host(sync, hw))
         except ConfigError:  # a factor outside anchor.FACTOR_RANGE: not a probe of this host
             continue
+        if FACTOR_RANGE[0] <= machine.host <= FACTOR_RANGE[1]:
+            machines[run] = machine
     if not machines:
         return None
     logs = [math.log(m.host) for m in machines.values()]
@@ -133,14 +135,16 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
 
 
 def _sync_only_host(sync, hw: HardwareConfig) -> float:
+    """A sync-only run's host factor: its schedule, prepare and update time over the simulated
+    run's (on a CPU the forward's noise swamps the total, so the phases are compared)."""
     from cbsim.validation.measure import simulate_like
 
-    real = measure(sync.trace)["total_time_s"]
-    one, two = (
-        measure(simulate_like(sync, CallMachine(1.0, host=f).profile(hw)))["total_time_s"]
-        for f in (1.0, 2.0)
-    )
-    return 1.0 + (real - one) / (two - one) if two > one else 1.0
+    def phases(trace) -> float:
+        sp = trace.spans
+        return float(sp[sp.name.isin(HOST_PHASES)].dur.sum())
+
+    sim = phases(simulate_like(sync, hw))
+    return phases(sync.trace) / sim if sim > 0 else 1.0
 
 
 def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:
