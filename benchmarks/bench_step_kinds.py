@@ -36,6 +36,7 @@ import traceback
 import numpy as np
 import pandas as pd
 from bench_decode import COPY_TBPS, anchor, weights_read_bytes  # beside this script
+from bench_mixed_graphs import SMALL, WORKLOADS
 
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.schema import ModelConfig
@@ -56,26 +57,8 @@ CASES: dict[str, tuple[str, ...]] = {
         "workload.prompt_spread=0.9",
     ),
     # a small model at a high arrival rate: prompt tokens in most steps, launch-bound when eager
-    "1b-rate": (
-        *ONLINE,
-        "model=llama3_1b",
-        "workload.num_requests=192",
-        "workload.batch_size=64",
-        "workload.rate=40",
-        "workload.prompt_len=1024",
-        "workload.gen_len=128",
-    ),
-    "3b-2k": (
-        *ONLINE,
-        "model=llama3_3b",
-        "workload.num_requests=96",
-        "workload.batch_size=64",
-        "workload.rate=20",
-        "workload.prompt_len=2048",
-        "workload.prompt_dist=fixed",
-        "workload.gen_len=128",
-        "workload.max_batch_tokens=4096",
-    ),
+    "1b-rate": (*ONLINE, *WORKLOADS["1B poisson 40/s"], "workload.num_requests=192"),
+    "3b-2k": (*ONLINE, *WORKLOADS["3B poisson 20/s, 2K prompts"], "workload.num_requests=96"),
     # one wave of 32: a prefill step, then decode only
     "8b-decode": (
         "mode=runtime",
@@ -86,19 +69,7 @@ CASES: dict[str, tuple[str, ...]] = {
         "workload.gen_len=512",
     ),
     # --small: the tiny model on the CPU, every kind of step in a second
-    "tiny-online": (
-        *ONLINE,
-        "model=tiny",
-        "mode.device=cpu",
-        "workload.num_requests=12",
-        "workload.batch_size=4",
-        "workload.rate=50",
-        "workload.prompt_len=24",
-        "workload.gen_len=8",
-        "workload.max_batch_tokens=32",
-        "engine.eager_token_multiple=8",
-        "engine.graph_batch_sizes=[1,2,4]",
-    ),
+    "tiny-online": (*ONLINE, *SMALL, "workload.num_requests=12"),
 }
 GPU_CASES = ("8b-poisson", "1b-rate", "3b-2k", "8b-decode")
 DEFAULT_ANCHOR = "llama3_8b:32:256:64"
