@@ -384,5 +384,4 @@ class HardwareConfig:
             root = shipped_root(self.name)
             if root is not None and all(root in f.parents for f in files):
                 # a shipped profile's own tables: named absolutely, wherever the run starts
-                p = Path(self.kernel_table)
-                self.kernel_table = str(files[0] if (root / p).is_file() else root / p)
+                self.kernel_table = str(root / self.kernel_table)
