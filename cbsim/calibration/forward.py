@@ -5,7 +5,7 @@ on relative residuals, every prediction through the simulator's own ``CostModel.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from cbsim.calibration.result import Calibration, Row, label_out, outliers, set_
 from cbsim.calibration.steps import gpu_lane, step_shapes
 from cbsim.config.schema import HardwareConfig
 from cbsim.costs import CostModel
+from cbsim.costs.kernels import KernelCosts
 from cbsim.trace import schema as S
 
 EFFS = ("gemm_bandwidth_eff", "attention_bandwidth_eff", "gemm_flops_eff", "attention_flops_eff")
@@ -111,6 +112,8 @@ class ForwardProblem:
     hw: HardwareConfig
     data: list[tuple[Recorded, list[Sample], np.ndarray]]
     terms: list[str]
+    # each run's kernel terms, which no fitted term moves: built once, their lookups remembered
+    _kernels: dict[int, KernelCosts | None] = field(default_factory=dict, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -141,9 +144,10 @@ class ForwardProblem:
     def model(self, theta: np.ndarray) -> np.ndarray:
         g = self.gpu_of(theta)
         out = []
-        for rec, shapes, _ in self.data:
+        for i, (rec, shapes, _) in enumerate(self.data):
             cfg = dataclasses.replace(rec.config, hardware=_unchecked(self.hw, gpu=g))
-            cm = CostModel(cfg)
+            cm = CostModel(cfg, kernel_costs=self._kernels.get(i))
+            self._kernels[i] = cm.kernel_costs
             for shape, graph, carry, own_span, idle in shapes:
                 padded = cm.graph_size(len(shape)) if graph else None
                 f = cm.forward(shape, graph=graph, carry_over=carry, padded_requests=padded)

@@ -17,6 +17,10 @@ from cbsim.config.hardware import HardwareConfig
 from cbsim.config.schema import CbsimConfig, ModelConfig
 from cbsim.costs.kernel_table import KernelTable, load_table
 
+# decode attention points remembered per model: a fit re-costs the same steps hundreds of times
+# (bounded, so a long simulation's contexts do not pile up)
+MEMO_POINTS = 1 << 16
+
 
 def gemm_shapes(m: ModelConfig, fused: bool) -> list[tuple[str, int, int]]:
     """(name, N, K) of every GEMM of one layer as the runtime runs it, then the LM head."""
@@ -78,6 +82,7 @@ class KernelCosts:
         self.argmax = "argmax_split" if split else "argmax"
         self._linear: dict[tuple[int, bool], float] = {}
         self._lm_head: dict[tuple[int, bool], float] = {}
+        self._decode: dict[tuple[int, float, str], float] = {}
 
     def t(
         self, op: str, n: int, k: int, g: int, rows: float, context: float = 0, launch: str = ""
@@ -118,6 +123,15 @@ class KernelCosts:
         of one partition (profile_kernels.decode_launches); below it the requests fit in fewer
         partitions than the table has: the one-partition kernel over their context plus what
         the split added where it was first timed (the empty partitions exit, the reduce runs)."""
+        key = (rows, mean_context, launch)
+        got = self._decode.get(key)
+        if got is None:
+            if len(self._decode) >= MEMO_POINTS:
+                self._decode.clear()
+            got = self._decode[key] = self._decode_attention_us(rows, mean_context, launch)
+        return got
+
+    def _decode_attention_us(self, rows: int, mean_context: float, launch: str) -> float:
         at = self.attn_shape
         tile, _, part = launch.partition("p")
         if not (part and self.per_launch and mean_context < int(part)):

@@ -45,9 +45,15 @@ from cbsim.costs.mixed_graphs import buckets_of, piecewise
 class CostModel(BufferBytes, HostPhaseCosts):
     """Durations for one configuration; precomputes the per-model constants once."""
 
-    def __init__(self, config: CbsimConfig, max_context: int | None = None) -> None:
+    def __init__(
+        self,
+        config: CbsimConfig,
+        max_context: int | None = None,
+        kernel_costs: KernelCosts | None = None,
+    ) -> None:
         """``max_context``: the longest request (prompt + new tokens), which sets the block
-        table's width; None: from the workload."""
+        table's width; None: from the workload. ``kernel_costs``: another CostModel's, of the
+        same model, table and rates (a fit costs the same steps under other GPU terms)."""
         m, hw, w = config.model, config.hardware, config.workload
         self.hw, self.gpu, self.host = hw, hw.gpu, hw.host
         self.block_size = w.kv_block_size
@@ -103,7 +109,9 @@ class CostModel(BufferBytes, HostPhaseCosts):
         sp = hw.host.spread
         self.jitter = HostJitter(sp.within_run, sp.seed) if sp.jitter and sp.within_run else None
         # measured kernel times in place of the roofline's GEMMs and attention (kernels.py)
-        self.kernel_costs = KernelCosts(config) if hw.kernel_table else None
+        if kernel_costs is None and hw.kernel_table:
+            kernel_costs = KernelCosts(config)
+        self.kernel_costs = kernel_costs
         # pinned copies from the table too, when it timed them
         self.table_copies = self.kernel_costs is not None and self.kernel_costs.has_copies
 
