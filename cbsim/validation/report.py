@@ -15,6 +15,7 @@ from cbsim.report.timeline import overview_figure
 from cbsim.rundir import atomic_write_text
 from cbsim.trace import Trace
 from cbsim.trace import schema as S
+from cbsim.validation.host_phases import SAME_HOST
 from cbsim.validation.judge import check_lines, judged_table
 from cbsim.validation.runs import TARGETS, RunResult
 from cbsim.validation.speedup import SPEEDUP_POINTS, Speedup
@@ -218,10 +219,41 @@ def build_page(results: list[RunResult], pairs: list[Speedup], out: dict[str, An
             "sharing what the holdout names)."
         )
     page.para(note, "note")
+    add_host_phases(page, out.get("host_phases"))
     page.heading("Step-time distributions", anchor="steps")
     page.figure(distribution_figure(results), "steps")
     add_timelines(page, results)
     return page
+
+
+def add_host_phases(page: Page, phases: dict[str, Any] | None) -> None:
+    """Each host phase's recorded over simulated mean per step (cbsim.validation.host_phases)."""
+    if not phases:
+        return
+    page.heading("Host phases, recorded over simulated", anchor="host")
+    lo, hi = SAME_HOST
+    rows = [
+        [
+            phase,
+            f"x{v['ratio_median']:.2f}",
+            f"x{v['ratio_min']:.2f}-x{v['ratio_max']:.2f}",
+            f"{v['recorded_us_median']:.1f}",
+            f"{v['simulated_us_median']:.1f}",
+            v["runs"],
+        ]
+        for phase, v in phases.items()
+    ]
+    classes = [
+        ["", "" if lo <= v["ratio_median"] <= hi else "bad", "", "", "", ""]
+        for v in phases.values()
+    ]
+    header = ["phase", "median ratio", "range", "recorded us", "simulated us", "runs"]
+    page.add(table(header, rows, classes))
+    page.para(
+        f"Mean span per step of each run, recorded over simulated; medians over the runs. Outside "
+        f"x{lo:.2f}-x{hi:.2f} the profile's host costs are not these runs'.",
+        "note",
+    )
 
 
 def add_judged(page: Page, j: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from cbsim.trace import write_trace
 from cbsim.validation.anchor import DEFAULT_ANCHOR, HOST_MODELS, anchored_results
 from cbsim.validation.banding import attach_bands
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
+from cbsim.validation.host_phases import host_phase_lines, host_phase_summary
 from cbsim.validation.judge import check_lines, judge, judged_table
 from cbsim.validation.model_error import MODEL_ERRORS, held_out_model_error
 from cbsim.validation.report import write_validation_report
@@ -306,6 +307,7 @@ def run_validate(
         "recordings": str(root),
         "judged": judge(pairs, judging, targets_source(targets)),
         "summary": summary(results, pairs),
+        "host_phases": host_phase_summary(results),
         "speedups": [p.as_dict() for p in pairs],
         "runs": [r.as_dict() for r in results],
     }
@@ -321,6 +323,7 @@ def run_validate(
             print(judged_table(out["judged"]))
             print("\n".join(check_lines(out["judged"])))
         print_tables(holdout, results, pairs, out["summary"])
+        print("\n".join(host_phase_lines(out["host_phases"])))
     return out
 
 
