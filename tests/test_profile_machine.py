@@ -94,6 +94,24 @@ def test_fresh_processes_of_the_reference_set_the_host_level_and_its_spread(prof
     assert len(list(profile.glob("fresh/run_*/trace*.json.gz"))) == 2
 
 
+def test_separate_processes_up_to_several_times_slower_are_still_the_machine(tmp_path):
+    """The H200's recorded reference runs (separate processes, three sessions) as fresh runs of
+    h200_profiled: all six are kept, though half are over x4 its in-process probes' host."""
+    from conftest import make_config
+
+    from cbsim.profiling.fresh import FRESH_DIR, fresh_level
+
+    recordings = REPO / "experiments" / "recordings" / "h200"
+    for i, session in enumerate(("fit_a", "fit_a", "fit_b", "fit_b", "fit_padded", "fit_padded")):
+        case = ("ref", "rep")[i % 2] + "_8b_16x512+256"
+        shutil.copytree(recordings / session / case, tmp_path / FRESH_DIR / f"run_{i + 1}")
+    level = fresh_level(tmp_path, make_config(["hardware=h200_profiled"]).hardware)
+    hosts = sorted(m.host for m in level.machines.values())
+    assert len(hosts) == 6 and hosts[0] > 2 and hosts[-1] > 4
+    assert level.host == pytest.approx((hosts[2] + hosts[3]) / 2)
+    assert 0.1 < level.between_calls < 0.4
+
+
 def test_a_fresh_run_is_the_users_command_with_the_probes_values():
     from cbsim.profiling.fresh import fresh_command
     from cbsim.profiling.options import Probe

@@ -25,7 +25,11 @@ from cbsim.validation.measure import measure, simulate_like
 from cbsim.validation.runs import RunResult, validate_run
 
 DEFAULT_ANCHOR = "ref_8b_16x512+256"
-FACTOR_RANGE = (0.25, 4.0)  # a host or GPU factor outside it is a broken probe, not a machine
+# a host or GPU factor outside it is a broken probe, not a machine: separate processes on the
+# H200 ran their host phases x2.2-x4.4 slower than h200_profiled's in-process probes (the
+# reference runs of six recorded sessions), so a host a tenth or ten times the profile's is
+# still a machine
+FACTOR_RANGE = (0.1, 10.0)
 
 
 HOST_MODELS = ("none", "factor", "wake")
