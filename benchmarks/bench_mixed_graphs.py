@@ -101,11 +101,8 @@ def runtime_rows(overrides: tuple[str, ...], setting: str, requests: int, small:
     kind, TTFT p50, total, the graph pool and the piecewise graphs' share of it."""
     from cbsim.api import compose
     from cbsim.metrics import compute_metrics
-    from cbsim.runtime import piecewise
     from cbsim.runtime.engine import execute
 
-    # the GPU session's verification: the path mode=runtime refuses until it has passed
-    piecewise.GPU_VERIFIED = True
     cfg = compose(
         "+experiment=online",
         "mode=runtime",

@@ -44,23 +44,13 @@ from cbsim.config.schema import CbsimConfig
 from .attention import ATTN_NAME, AttnMeta, attend
 from .io_slots import IOSlot, Layout, dummy_prefill, make_layout, pack
 
-# the capture and replay on CUDA, written and run in the CPU emulation's order, but not yet
-# verified on a GPU: until then mode=runtime refuses the switch there (the GPU tests lift it)
-GPU_VERIFIED = False
-
 
 def check_mixed_graphs(config: CbsimConfig, device: torch.device, cpu_emulation: bool) -> None:
-    """engine.mixed_graphs=buckets runs in the tests' CPU emulation; on a GPU while the capture
-    and replay are not yet verified there (GPU_VERIFIED), the switch is refused."""
+    """engine.mixed_graphs=buckets captures CUDA graphs: on a CPU it runs only in the tests'
+    emulation of the capture and replay."""
     mg = config.engine.mixed_graphs
     if mg == "off":
         return
-    if device.type == "cuda" and not GPU_VERIFIED:
-        raise ConfigError(
-            f"engine.mixed_graphs={mg} on mode.device={config.mode.device}: the runtime's graphed "
-            "mixed steps (runtime/piecewise.py) are not yet verified on a GPU; allowed with "
-            "mode=runtime: off"
-        )
     if device.type != "cuda" and not cpu_emulation:
         raise ConfigError(
             f"engine.mixed_graphs={mg} with mode.device={config.mode.device} runs only in the "

@@ -169,14 +169,11 @@ def test_graphs_per_table_width_replay_the_tokens_of_one_width(config_factory):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_mixed_graphs_replay_the_eager_tokens(config_factory, case, monkeypatch):
-    """engine.mixed_graphs=buckets on CUDA (runtime/piecewise.py; mode=runtime refuses it until
-    this passes, so the test lifts GPU_VERIFIED): the pieces captured per (slot, bucket) on the
-    shared pool, with the fusions the build applies, replayed with attention eager between
-    them: sync == async == the switch off == generate; layers + 1 graphs per (slot, bucket)."""
-    from cbsim.runtime import piecewise
-
-    monkeypatch.setattr(piecewise, "GPU_VERIFIED", True)
+def test_mixed_graphs_replay_the_eager_tokens(config_factory, case):
+    """engine.mixed_graphs=buckets on CUDA (runtime/piecewise.py): the pieces captured per
+    (slot, bucket) on the shared pool, with the fusions the build applies, replayed with
+    attention eager between them: sync == async == the switch off == generate; layers + 1
+    graphs per (slot, bucket)."""
     over = GPU + CASES[case] + ["mode.attention=torch", "engine.graph_batch_sizes=[1,2,4]"]
     over += ["engine.eager_token_multiple=8"]
     on = over + ["engine.mixed_graphs=buckets"]

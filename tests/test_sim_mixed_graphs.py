@@ -113,7 +113,7 @@ def test_decode_steps_and_decode_only_workloads_are_unchanged_by_the_switch():
 def test_the_runtime_refuses_mixed_graphs_in_one_line_naming_the_key():
     from cbsim.runtime.engine import check_device
 
-    cfg = make_config(["mode=runtime", "engine.mixed_graphs=buckets"])
+    cfg = make_config(["mode=runtime", "mode.device=cpu", "engine.mixed_graphs=buckets"])
     with pytest.raises(ConfigError, match=r"^engine\.mixed_graphs=buckets .*allowed") as exc:
         check_device(cfg, "sync")
     assert "\n" not in str(exc.value)

@@ -1,8 +1,8 @@
 """Steps with prompt tokens replayed from piecewise CUDA graphs (engine.mixed_graphs=buckets).
 
-The runtime implements it (runtime/piecewise.py: the same buckets, pieces and eager attention)
-and runs it in its CPU emulation (the tests); its CUDA capture and replay are not yet verified
-on a GPU, so mode=runtime refuses the switch on CUDA until they are.
+The runtime implements it (runtime/piecewise.py: the same buckets, pieces and eager attention),
+on CUDA and in the tests' CPU emulation; tests/test_runtime_gpu.py checks on a GPU that its
+replay gives the eager steps' tokens.
 
 What is modelled is the piecewise replay that serving engines run for prefill and mixed steps
 (vLLM's default ``cudagraph_mode`` FULL_AND_PIECEWISE: full graphs for uniform decode batches,
