@@ -78,9 +78,12 @@ def fit_profile(
     name: str,
     options: FitOptions,
     probes: bool = True,
+    given_tables: str | None = None,
 ) -> Fitted:
     """The profile of the measurements in ``out`` (kernels/, probes/) and ``rates``; without
-    ``probes`` (no time left to fit them) the host and GPU costs stay the base's."""
+    ``probes`` (no time left to fit them) the host and GPU costs stay the base's.
+    ``given_tables``: tables of this GPU made before (extra.kernel_tables) where kernels/ has
+    none."""
     hw = copy.deepcopy(base)
     hw.name, hw.tier = name, "profiled"
     hw.device_name = str(rates.get("device_name", ""))
@@ -90,9 +93,18 @@ def fit_profile(
             setattr(hw, key, float(rates[key]))
             prov[key] = f"measured: {MEASURED_HOW[key]}"
     tables = sorted((out / KERNELS_DIR).glob("*.csv"))
-    hw.kernel_table = str(out / KERNELS_DIR) if tables else base.kernel_table
+    hw.kernel_table = str(out / KERNELS_DIR) if tables else given_tables or base.kernel_table
     if tables:
         prov["kernel_table"] = f"measured: {', '.join(f'{KERNELS_DIR}/{t.name}' for t in tables)}"
+        kernels = "kernel tables measured"
+    elif given_tables:
+        prov["kernel_table"] = (
+            f"given: extra.kernel_tables={given_tables} (+experiment=profile_kernels on this GPU: "
+            "the tables' headers say where and when)"
+        )
+        kernels = f"kernel tables given ({given_tables})"
+    else:
+        kernels = f"kernel tables {base.name}'s (none measured)"
     notes: list[str] = []
     recs = sorted((out / PROBES_DIR).glob("*/trace_*.json.gz")) if probes else []
     cal = None
@@ -116,13 +128,14 @@ def fit_profile(
         hw = apply_level(hw, level, prov)
         notes.append(
             f"host level: x{level.host:.3f} of the probes' fit, the median of "
-            f"{len(level.machines)} fresh runs ({FRESH_DIR}/), every host cost scaled by it"
+            f"{len(level.machines)} fresh runs ({FRESH_DIR}/), every host cost scaled by it; "
+            f"every forward by their median forward factor x{level.forward:.3f}"
         )
     notes += keep_physical(hw, rates, prov)
     hw.provenance = {k: prov[k] for k in sorted(prov)}
     hw.source = (
-        f"profiled by +experiment=profile_machine on {hw.device_name or 'this device'}: rates and "
-        f"kernel tables measured, host costs fitted on {len(recs)} probe traces"
+        f"profiled by +experiment=profile_machine on {hw.device_name or 'this device'}: rates "
+        f"measured, {kernels}, host costs fitted on {len(recs)} probe traces"
         f"{' at the fresh runs level' if level is not None else ''}, the rest from "
         f"{base.name} (provenance says which)"
     )

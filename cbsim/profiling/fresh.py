@@ -102,6 +102,7 @@ class FreshLevel:
     machines: dict[str, CallMachine]
     host: float
     between_calls: float
+    forward: float = 1.0
 
 
 def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
@@ -131,7 +132,9 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
         return None
     logs = [math.log(m.host) for m in machines.values()]
     spread = statistics.stdev(logs) if len(logs) > 1 else 0.0
-    return FreshLevel(machines, statistics.median(m.host for m in machines.values()), spread)
+    host = statistics.median(m.host for m in machines.values())
+    forward = statistics.median(m.forward for m in machines.values())
+    return FreshLevel(machines, host, spread, forward)
 
 
 def _sync_only_host(sync, hw: HardwareConfig) -> float:
@@ -148,10 +151,18 @@ def _sync_only_host(sync, hw: HardwareConfig) -> float:
 
 
 def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:
-    """``hw`` with every host cost times the fresh runs' median factor and their spread as
+    """``hw`` with every host cost times the fresh runs' median factor, every forward times
+    their median forward factor (separate processes' forwards ran 4-6% slower than one
+    process's probes: the H100's and the H200's recorded reference runs), and their spread as
     ``host.spread.between_calls``; provenance says so."""
     host = host_times_scaled(hw.host, level.host)
     n = len(level.machines)
+    scale = round(hw.gpu.spread.forward_scale * level.forward, 4)
+    spread_gpu = dataclasses.replace(hw.gpu.spread, forward_scale=scale)
+    hw = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, spread=spread_gpu))
+    prov["gpu.spread.forward_scale"] = (
+        f"measured: x{level.forward:.3f}, the median forward factor of {n} fresh runs ({FRESH_DIR}/)"
+    )
     note = f"x{level.host:.3f}, the median host factor of {n} fresh runs ({FRESH_DIR}/)"
     for key in prov:
         if key.startswith("host.") and not key.startswith("host.spread."):
@@ -169,6 +180,7 @@ def level_summary(level: FreshLevel) -> dict[str, Any]:
     """For the manifest: each run's host and forward factor, the median and the spread."""
     return {
         "host_factor": round(level.host, 4),
+        "forward_factor": round(level.forward, 4),
         "between_calls": round(level.between_calls, 4),
         "runs": {
             run: {"host": round(m.host, 4), "forward": round(m.forward, 4)}

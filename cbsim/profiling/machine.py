@@ -29,6 +29,7 @@ from cbsim.calibration.profile import CONF_HARDWARE
 from cbsim.calibration.run_config import compose_overrides
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.schema import HardwareConfig
+from cbsim.config.shipped_profiles import kernel_table_files
 from cbsim.host import cpu_model
 from cbsim.profiling import profile_dir as pd
 from cbsim.profiling.budget import Budget
@@ -39,7 +40,7 @@ from cbsim.profiling.probes import PROBES_DIR, check_probes, run_probes
 from cbsim.profiling.profile_dir import KERNELS_DIR
 
 # seconds each step is expected to take on an H100 with the 8B (extra.estimates_s overrides)
-ESTIMATES_S = {"rates": 10.0, "kernels": 60.0, "probe_run": 8.0, "fresh_run": 40.0, "fit": 60.0}
+ESTIMATES_S = {"rates": 10.0, "kernels": 60.0, "probe_run": 5.0, "fresh_run": 25.0, "fit": 40.0}
 
 
 def compose_group(group: str, name: str) -> dict[str, Any]:
@@ -133,6 +134,8 @@ def run_profile_machine(config: CbsimConfig, run_dir: Path, command: str) -> dic
         config.model.name: dataclasses.asdict(config.model)
     }
     base = base_hardware(config, opts)
+    if opts.kernel_tables is not None:
+        kernel_table_files(opts.kernel_tables)  # a path without tables ends the command here
     if not config.mode.device.startswith("cuda"):
         opts = opts.on_cpu()
     check_probes(config, models[next(iter(models))], opts.probes)
@@ -156,12 +159,14 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
     device = check_device(config, "sync")
     runs = sum(p.repeat * 2 for p in opts.probes)
     fresh_s = est["fresh_run"] * opts.fresh_runs
-    budget.ahead_s = est["rates"] + est["kernels"] * len(models) + est["probe_run"] * runs
+    tables = 0 if opts.kernel_tables else len(models)
+    budget.ahead_s = est["rates"] + est["kernels"] * tables + est["probe_run"] * runs
     budget.ahead_s += fresh_s + est["fit"]
     small = device.type != "cuda"
     rates = budget.run("device rates", est["rates"], lambda: measure_rates(device, small)) or {}
     reserve = est["probe_run"] * runs + fresh_s + est["fit"]
-    _kernel_tables(config, opts, models, est["kernels"], reserve, budget, work, command)
+    if opts.kernel_tables is None:
+        _kernel_tables(config, opts, models, est["kernels"], reserve, budget, work, command)
     probes = run_probes(
         config,
         models[next(iter(models))],
@@ -185,16 +190,20 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
         "models": list(models),
         "probe_model": next(iter(models)),
         "base": base.name,
+        "kernel_tables": opts.kernel_tables,
         "rates": rates,
         "noise": probes["noise"],
         "probe_runs": probes["runs"],
     }
     _probe_manifest(work, name, manifest)
+    given = opts.kernel_tables
     fitted = budget.run(
-        "fit", est["fit"], lambda: fit_profile(work, base, rates, name, _fit_options(opts))
+        "fit",
+        est["fit"],
+        lambda: fit_profile(work, base, rates, name, _fit_options(opts), given_tables=given),
     )
     if fitted is None:
-        fitted = fit_profile(work, base, rates, name, _fit_options(opts), probes=False)
+        fitted = fit_profile(work, base, rates, name, _fit_options(opts), False, given)
     path = pd.write_hardware(work, fitted.hardware)
     manifest.update(
         fresh=fitted.fresh,
@@ -286,10 +295,16 @@ def refit(config: CbsimConfig, opts: ProfileOptions, command: str) -> dict[str, 
     name = opts.name or str(manifest.get("profile") or profile_name(""))
     base = base_hardware(config, dataclasses.replace(opts, base=opts.base or manifest.get("base")))
     rates = dict(manifest.get("rates") or {})
-    fitted = fit_profile(root, base, rates, name, _fit_options(opts))
+    given = opts.kernel_tables or manifest.get("kernel_tables")
+    if given is not None:
+        kernel_table_files(given)
+    manifest["base"], manifest["kernel_tables"] = base.name, given
+    fitted = fit_profile(root, base, rates, name, _fit_options(opts), given_tables=given)
     path = pd.write_hardware(root, fitted.hardware)
     if fitted.fresh is not None:
         manifest["fresh"] = fitted.fresh
+    manifest["notes"] = fitted.notes
+    manifest["fit"] = fitted.calibration.table().splitlines() if fitted.calibration else []
     manifest.setdefault("refits", []).append({"command": command, "commit": commit_of(opts)})
     pd.write_manifest(root, manifest)
     print(f"profile_machine: refitted {path}", file=sys.stderr)

@@ -24,6 +24,9 @@ EXTRA_KEYS = {
     "probes": "the probe runs: each a name, a repeat count and the config values it sets",
     "estimates_s": "seconds each step is expected to take, for the ETA and the budget",
     "refit": "re-fit this existing profile directory from its probes (no GPU needed)",
+    "kernel_tables": "kernel tables already made on this GPU by +experiment=profile_kernels (a "
+    "directory, or a hardware config's kernel_table path), used in place of measuring them; a "
+    "refit keeps the manifest's; null: measured",
     "commit": "the cbsim commit named in the manifest when git cannot tell it",
     "cpu": "on a CPU device (a smoke test): caps on each probe's values, its repeats, and the "
     "kernel grid",
@@ -57,6 +60,7 @@ class ProfileOptions:
     probes: list[Probe] = field(default_factory=list)
     estimates_s: dict[str, float] = field(default_factory=dict)
     refit: str | None = None
+    kernel_tables: str | None = None
     commit: str | None = None
     forward_samples: int = 240
     starts: int = 3
@@ -151,6 +155,7 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
         raise ConfigError(f"extra.estimates_s={est!r}; allowed: a mapping of step -> seconds")
     o.estimates_s = {k: _number(f"estimates_s.{k}", v, 0.0, 3600.0) for k, v in est.items()}
     o.commit = _optional_text("commit", extra.get("commit"))
+    o.kernel_tables = _optional_text("kernel_tables", extra.get("kernel_tables"))
     cpu = extra.get("cpu") or {}
     keys = {"caps", "repeat", "kernels", "only", "fresh_runs"}
     bad = sorted(set(cpu) - keys) if isinstance(cpu, dict) else ["cpu"]
