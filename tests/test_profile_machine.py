@@ -91,6 +91,8 @@ def test_fresh_processes_of_the_reference_set_the_host_level_and_its_spread(prof
     assert hw["host"]["spread"]["between_calls"] == pytest.approx(m["fresh"]["between_calls"])
     assert hw["provenance"]["host.spread.between_calls"].startswith("measured: std of log")
     assert "fresh runs" in hw["provenance"]["host.schedule.fixed_us"]
+    assert hw["gpu"]["spread"]["forward_scale"] == pytest.approx(m["fresh"]["forward_factor"], 1e-3)
+    assert "forward factor" in hw["provenance"]["gpu.spread.forward_scale"]
     assert len(list(profile.glob("fresh/run_*/trace*.json.gz"))) == 2
 
 
@@ -110,6 +112,27 @@ def test_separate_processes_up_to_several_times_slower_are_still_the_machine(tmp
     assert len(hosts) == 6 and hosts[0] > 2 and hosts[-1] > 4
     assert level.host == pytest.approx((hosts[2] + hosts[3]) / 2)
     assert 0.1 < level.between_calls < 0.4
+
+
+def test_kernel_tables_made_before_are_given_named_and_kept_by_a_refit(tmp_path):
+    """extra.kernel_tables: tables of this GPU from +experiment=profile_kernels in place of
+    measuring them; the manifest keeps the path so a refit uses them again; a path without
+    tables is refused in one line before anything is fitted."""
+    shipped = REPO / "cbsim" / "profiles" / "h100_80gb_hbm3"
+    m = yaml.safe_load((shipped / "manifest.yaml").read_text())
+    assert m["kernel_tables"] == "cbsim/kernel_tables/h100" and not (shipped / "kernels").exists()
+    hw = yaml.safe_load((shipped / "hardware" / "h100_80gb_hbm3.yaml").read_text())
+    assert hw["kernel_table"] == m["kernel_tables"]
+    assert hw["provenance"]["kernel_table"].startswith("given: extra.kernel_tables=")
+    assert "kernel tables given" in hw["source"] and "kernel tables measured" not in hw["source"]
+    copy = tmp_path / "p"
+    shutil.copytree(shipped, copy)
+    got = cbsim(
+        ["+experiment=profile_machine", f"extra.refit={copy}", f"extra.kernel_tables={tmp_path}"],
+        tmp_path,
+    )
+    assert got.returncode == 2 and "hardware.kernel_table=" in got.stderr
+    assert len(got.stderr.strip().splitlines()) == 1
 
 
 def test_a_fresh_run_is_the_users_command_with_the_probes_values():
@@ -179,7 +202,7 @@ def numbers(node, path=""):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["h200_profiled"])
+@pytest.mark.parametrize("name", ["h200_profiled", "h100_80gb_hbm3"])
 def test_a_shipped_profile_is_what_refit_makes_of_its_own_probes(name, tmp_path):
     """What ships is reproducible: the committed probes, re-fitted by the package's command, give
     the committed values (to the last digits that a different CPU's floating point can move)."""
