@@ -101,6 +101,7 @@ class CostModel(BufferBytes, HostPhaseCosts):
         self._max_context = max_context
         self._partitions: dict[tuple[int, int], int] = {}
         self._groups: tuple[object, AttentionGroups] | None = None  # the last batch's
+        self._table: tuple[object, int | None, tuple[int, int]] | None = None  # the last batch's
         # a graph per decode-kernel launch class (engine.graph_width_classes; the Triton kernel)
         classes = config.engine.graph_width_classes and config.mode.attention != "torch"
         self.rule = LaunchRule.of(config.engine.decode_launch)
@@ -146,7 +147,16 @@ class CostModel(BufferBytes, HostPhaseCosts):
     def decode_table(self, batch, padded: int | None) -> tuple[int, int]:
         """(rows, table width) the decode kernel launches over: a graph step's ``padded`` rows
         over its replayed table, an eager step's decode rows over a table as wide as the
-        batch's longest request (io_slots.pack)."""
+        batch's longest request (io_slots.pack). Kept for the last batch, which the forward's
+        tile, launch and uneven share all ask."""
+        last = self._table
+        if last is not None and last[0] is batch and last[1] == padded:
+            return last[2]
+        got = self._decode_table(batch, padded)
+        self._table = (batch, padded, got)
+        return got
+
+    def _decode_table(self, batch, padded: int | None) -> tuple[int, int]:
         longest = int(batch.context_lens.max())
         if padded is not None:
             return padded, self.graph_table(padded, longest)
