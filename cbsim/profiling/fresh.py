@@ -7,9 +7,10 @@ Host costs seen by separate processes of one machine differ from run to run by u
 (recorded reference workloads of one device call: schedule 10-31 us a step), so the level the
 probes measured is one draw. Each fresh run gives one host factor, every host cost's multiplier
 that puts the simulated sync total on the recorded one with the run's own forward factor (the
-anchor of cbsim/validation/anchor.py); the profile takes their median as its host level and the
-spread of their logs as ``host.spread.between_calls``. Their traces stay in the profile
-directory (``fresh/``), so ``extra.refit`` measures the same.
+anchor of cbsim/validation/anchor.py); the profile takes their median as its host level, their
+median forward factor as its forward level, and the spread of their logs as
+``host.spread.between_calls``. Their traces stay in the profile directory (``fresh/``), so
+``extra.refit`` measures the same.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def _sync_only_host(sync, hw: HardwareConfig) -> float:
 
 def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:
     """``hw`` with every host cost times the fresh runs' median factor, every forward times
-    their median forward factor (separate processes' forwards ran 4-6% slower than one
+    their median forward factor (separate processes' forwards ran 3-6% slower than one
     process's probes: the H100's and the H200's recorded reference runs), and their spread as
     ``host.spread.between_calls``; provenance says so."""
     host = host_times_scaled(hw.host, level.host)
