@@ -197,6 +197,15 @@ def test_judge_preset_on_the_shipped_set_repeated(tmp_path):
     assert "issue #39" in out["judged"]["targets"]["source"]
 
 
+def assert_judged(judged: dict, want: dict[str, tuple[float, bool]]) -> dict[str, dict]:
+    """Each target's value and verdict as ``want`` has them; returns the checks by target."""
+    checks = {c["target"]: c for c in judged["checks"]}
+    for target, (value, passed) in want.items():
+        assert checks[target]["value"] == pytest.approx(value, abs=0.01), target
+        assert checks[target]["passed"] is passed, target
+    return checks
+
+
 # docs/validation.md's H100 held-out judgement: the committed recording, the committed profile
 H100_JUDGED = {
     "async speedup RMSE vs workload means (points)": (3.28, False),
@@ -226,13 +235,8 @@ def test_the_h100_held_out_judgement_in_the_docs_is_what_the_committed_data_give
     from cbsim.validation.tasks import run_validation_task
 
     run_validation_task(cfg, {}, tmp_path)
-    checks = {
-        c["target"]: c
-        for c in json.loads((tmp_path / "validation.json").read_text())["judged"]["checks"]
-    }
-    for target, (value, passed) in H100_JUDGED.items():
-        assert checks[target]["value"] == pytest.approx(value, abs=0.01), target
-        assert checks[target]["passed"] is passed, target
+    judged = json.loads((tmp_path / "validation.json").read_text())["judged"]
+    checks = assert_judged(judged, H100_JUDGED)
     below = next(c for k, c in checks.items() if k.startswith("RMSE below the constant"))
     assert below["passed"] and below["value"] == pytest.approx(0.49, abs=0.01)
     assert below["baseline_rmse_points"] == pytest.approx(6.41, abs=0.01)
@@ -277,7 +281,4 @@ def test_validate_by_default_judges_the_newest_profile_the_command_made_on_its_h
         assert list((REPO / "experiments" / "recordings").glob(pattern)), pattern
     quiet = ["extra.progress=false", "extra.report=false", "output.print_table=false"]
     cfg = make_config(["+experiment=validate", *quiet])
-    checks = {c["target"]: c for c in run_validation_task(cfg, {}, tmp_path)["judged"]["checks"]}
-    for target, (value, passed) in H100_PROFILED_JUDGED.items():
-        assert checks[target]["value"] == pytest.approx(value, abs=0.01), target
-        assert checks[target]["passed"] is passed, target
+    assert_judged(run_validation_task(cfg, {}, tmp_path)["judged"], H100_PROFILED_JUDGED)

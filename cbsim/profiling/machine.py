@@ -196,14 +196,11 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
         "probe_runs": probes["runs"],
     }
     _probe_manifest(work, name, manifest)
-    given = opts.kernel_tables
-    fitted = budget.run(
-        "fit",
-        est["fit"],
-        lambda: fit_profile(work, base, rates, name, _fit_options(opts), given_tables=given),
-    )
-    if fitted is None:
-        fitted = fit_profile(work, base, rates, name, _fit_options(opts), False, given)
+
+    def fit(probes: bool = True):
+        return fit_profile(work, base, rates, name, _fit_options(opts), probes, opts.kernel_tables)
+
+    fitted = budget.run("fit", est["fit"], fit) or fit(probes=False)
     path = pd.write_hardware(work, fitted.hardware)
     manifest.update(
         fresh=fitted.fresh,
