@@ -297,3 +297,18 @@ def test_a_profile_name_becomes_a_search_path_entry_and_an_absolute_kernel_table
     assert args[:3] == ["model=tiny", "hardware=h9", f"hardware.kernel_table='{root}/kernels'"]
     assert args[3].startswith(f"hydra.searchpath=['file://{root}'")
     assert rewrite(["hardware=h200"]) == ["hardware=h200"]
+
+
+def test_a_profile_directory_named_as_a_shipped_one_is_the_one_selected(tmp_path):
+    """The one command names an H100's profile as the shipped H100 profile is named: selected by
+    its path, the user's measurement is used, not the shipped one; by name, the shipped one."""
+    from cbsim.api import compose
+
+    copy = tmp_path / "h100_80gb_hbm3"
+    shutil.copytree(REPO / "cbsim" / "profiles" / "h100_80gb_hbm3", copy)
+    (yml,) = (copy / "hardware").glob("*.yaml")
+    data = yaml.safe_load(yml.read_text())
+    data["host"]["schedule"]["fixed_us"] = 123.0
+    yml.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert compose(f"hardware={copy}").hardware.host.schedule.fixed_us == 123.0
+    assert compose("hardware=h100_80gb_hbm3").hardware.host.schedule.fixed_us != 123.0

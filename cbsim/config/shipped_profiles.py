@@ -17,6 +17,9 @@ from cbsim.config.errors import ConfigError
 
 SHIPPED = Path(__file__).resolve().parents[1] / "profiles"
 REPO = Path(__file__).resolve().parents[2]
+# names a command line selects from another directory (hardware=<path>, the user's profiles):
+# Hydra searches the plugin's roots before the command line's, so these shipped ones step aside
+_shadowed: set[str] = set()
 
 
 def shipped_roots() -> list[Path]:
@@ -31,12 +34,21 @@ def shipped_root(name: str) -> Path | None:
     return next((d for d in shipped_roots() if (d / "hardware" / f"{name}.yaml").is_file()), None)
 
 
+def shadow(names: set[str]) -> None:
+    """The shipped profiles of these names leave the search path of the commands composed from
+    now on: a profile of the same name elsewhere was selected (a user's profile of an H100 is
+    named as the shipped one is), and Hydra would otherwise find the shipped one first."""
+    _shadowed.clear()
+    _shadowed.update(names)
+
+
 class ShippedProfiles(SearchPathPlugin):
     """Appends each shipped profile directory to Hydra's config search path."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         for root in shipped_roots():
-            search_path.append(provider="cbsim-profiles", path=f"file://{root}")
+            if not any((root / "hardware" / f"{n}.yaml").is_file() for n in _shadowed):
+                search_path.append(provider="cbsim-profiles", path=f"file://{root}")
 
 
 def register_search_path() -> None:

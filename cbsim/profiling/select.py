@@ -22,6 +22,7 @@ import yaml
 from cbsim.calibration.profile import user_config_dir
 from cbsim.config import ConfigError
 from cbsim.config.hardware import TIERS
+from cbsim.config.shipped_profiles import shadow, shipped_root
 from cbsim.profiling.profile_dir import HARDWARE_DIR, profile_yamls
 
 SHIPPED_PROFILES = Path(str(resources.files("cbsim") / "profiles"))
@@ -131,6 +132,7 @@ def rewrite(args: list[str]) -> list[str]:
     """The command line with any hardware=<profile directory | its name | auto> rewritten into
     a search-path entry and hardware=<name> (and an absolute kernel_table)."""
     out, roots = [], []
+    shadow(set())
     for arg in args:
         key, sep, value = arg.partition("=")
         found = resolve(value) if sep and key == "hardware" else None
@@ -138,6 +140,8 @@ def rewrite(args: list[str]) -> list[str]:
             out.append(arg)
             continue
         roots.append(found.root)
+        if found.root != shipped_root(found.name):
+            shadow({found.name})
         out.append(f"hardware={found.name}")
         table = (yaml.safe_load(found.yaml.read_text()) or {}).get("kernel_table")
         if isinstance(table, str) and not Path(table).is_absolute():
