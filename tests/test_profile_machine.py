@@ -254,11 +254,19 @@ def test_an_interrupted_run_leaves_no_profile_directory(tmp_path):
         ({"out": "d", "probes": [{"name": "a", "repeat": 0}]}, "extra.probes[0].repeat"),
         ({"out": "d", "probes": [{"name": "a"}], "bogus": 1}, "extra.bogus"),
         ({"out": "d", "probes": [{"name": "a"}], "cpu": {"cap": 1}}, "extra.cpu.cap"),
+        ({"out": "d", "probes": [{"name": "a"}], "model_probes": ["b"]}, "extra.model_probes"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_its_key(extra, key):
     with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
         read_options(extra)
+
+
+def test_every_model_after_the_first_runs_the_model_probes_under_its_own_names():
+    extra = {"out": "d", "model_probes": ["b"], "cpu": {"only": ["a"]}, "fresh_runs": 0}
+    opts = read_options({**extra, "probes": [{"name": "a"}, {"name": "b", "repeat": 2}]})
+    assert [(p.name, p.repeat) for p in opts.probes_of("llama3_1b")] == [("b_llama3_1b", 2)]
+    assert opts.on_cpu().probes_of("llama3_1b") == []
 
 
 @pytest.mark.slow

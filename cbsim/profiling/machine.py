@@ -139,6 +139,8 @@ def run_profile_machine(config: CbsimConfig, run_dir: Path, command: str) -> dic
     if not config.mode.device.startswith("cuda"):
         opts = opts.on_cpu()
     check_probes(config, models[next(iter(models))], opts.probes)
+    for name in list(models)[1:]:
+        check_probes(config, models[name], opts.probes_of(name))
     est = {**ESTIMATES_S, **opts.estimates_s}
     budget = Budget(opts.max_minutes * 60.0)
     work = pd.start(out)
@@ -157,7 +159,8 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
     from cbsim.runtime.engine import check_device
 
     device = check_device(config, "sync")
-    runs = sum(p.repeat * 2 for p in opts.probes)
+    others = {m: opts.probes_of(m) for m in list(models)[1:]}
+    runs = sum(p.repeat * 2 for p in [*opts.probes, *(p for ps in others.values() for p in ps)])
     fresh_s = est["fresh_run"] * opts.fresh_runs
     tables = 0 if opts.kernel_tables else len(models)
     budget.ahead_s = est["rates"] + est["kernels"] * tables + est["probe_run"] * runs
@@ -167,14 +170,8 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
     reserve = est["probe_run"] * runs + fresh_s + est["fit"]
     if opts.kernel_tables is None:
         _kernel_tables(config, opts, models, est["kernels"], reserve, budget, work, command)
-    probes = run_probes(
-        config,
-        models[next(iter(models))],
-        opts.probes,
-        work,
-        budget,
-        est["probe_run"],
-        fresh_s + est["fit"],
+    probes = _all_probes(
+        config, opts, models, others, budget, work, est["probe_run"], fresh_s + est["fit"]
     )
     _fresh_runs(opts, command, work, budget, est)
     name = opts.name or profile_name(str(rates.get("device_name", "")))
@@ -189,6 +186,7 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
         "command": command,
         "models": list(models),
         "probe_model": next(iter(models)),
+        "model_probes": {m: [p.name for p in ps] for m, ps in others.items() if ps},
         "base": base.name,
         "kernel_tables": opts.kernel_tables,
         "rates": rates,
@@ -218,6 +216,17 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
         "hardware_yaml": str(path.relative_to(work)),
         "steps": budget.steps,
     }
+
+
+def _all_probes(config, opts, models, others, budget, work, each_s, reserve_s) -> dict[str, Any]:
+    """The probes of the first model, then the model_probes of every other."""
+    first = next(iter(models))
+    probes = run_probes(config, models[first], opts.probes, work, budget, each_s, reserve_s)
+    for model, its_probes in others.items():
+        if its_probes:
+            more = run_probes(config, models[model], its_probes, work, budget, each_s, reserve_s)
+            probes["runs"].update(more["runs"])
+    return probes
 
 
 def _fresh_runs(opts: ProfileOptions, command: str, work: Path, budget: Budget, est) -> None:

@@ -14,7 +14,10 @@ from cbsim.config import ConfigError
 
 EXTRA_KEYS = {
     "models": "the models whose kernel tables are measured (conf/model names; null: the composed "
-    "model); the probes run the first",
+    "model); the probes run the first, the model_probes every other",
+    "model_probes": "the probes (names in extra.probes) that every model after the first runs too "
+    "(probes/<probe>_<model>/): forwards of two model shapes tell a per-forward cost from the "
+    "kernel tables' scale, which one shape's cannot",
     "out": "the profile directory written (built in <out>.partial, renamed when complete)",
     "name": "the profile's name (hardware/<name>.yaml); null: from the GPU's name",
     "max_minutes": "the time budget: a step that would overrun it is skipped and recorded so",
@@ -58,6 +61,7 @@ class ProfileOptions:
     base: str | None = None
     kernels: dict[str, Any] = field(default_factory=dict)
     probes: list[Probe] = field(default_factory=list)
+    model_probes: list[str] = field(default_factory=list)
     estimates_s: dict[str, float] = field(default_factory=dict)
     refit: str | None = None
     kernel_tables: str | None = None
@@ -82,7 +86,18 @@ class ProfileOptions:
             probes.append(Probe(p.name, values, min(p.repeat, repeat)))
         kernels = {**self.kernels, **(self.cpu.get("kernels") or {})}
         fresh = min(self.fresh_runs, int(self.cpu.get("fresh_runs", self.fresh_runs)))
-        return dataclasses.replace(self, probes=probes, kernels=kernels, fresh_runs=fresh)
+        model_probes = [n for n in self.model_probes if n in only]
+        return dataclasses.replace(
+            self, probes=probes, model_probes=model_probes, kernels=kernels, fresh_runs=fresh
+        )
+
+    def probes_of(self, model: str) -> list[Probe]:
+        """The probes a model after the first runs, each named <probe>_<model>."""
+        return [
+            dataclasses.replace(p, name=f"{p.name}_{model}")
+            for p in self.probes
+            if p.name in self.model_probes
+        ]
 
 
 def _names(key: str, value: Any) -> list[str]:
@@ -125,6 +140,19 @@ def _probes(value: Any) -> list[Probe]:
     return out
 
 
+def _model_probes(value: Any, probes: list[Probe]) -> list[str]:
+    if value is None or value == []:
+        return []
+    names = _names("model_probes", value)
+    known = [p.name for p in probes]
+    for n in names:
+        if n not in known:
+            raise ConfigError(
+                f"extra.model_probes: {n!r} is not a probe; allowed: {', '.join(known)}"
+            )
+    return names
+
+
 def read_options(extra: dict[str, Any]) -> ProfileOptions:
     """The checked settings; ConfigError names the first bad key."""
     for key in extra:
@@ -150,6 +178,7 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
     o.kernels = dict(kernels)
     if o.refit is None:
         o.probes = _probes(extra.get("probes"))
+        o.model_probes = _model_probes(extra.get("model_probes"), o.probes)
     est = extra.get("estimates_s") or {}
     if not isinstance(est, dict):
         raise ConfigError(f"extra.estimates_s={est!r}; allowed: a mapping of step -> seconds")
