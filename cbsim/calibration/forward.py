@@ -4,6 +4,7 @@ on relative residuals, every prediction through the simulator's own ``CostModel.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from cbsim.calibration.result import Calibration, Row, label_out, outliers, set_
 from cbsim.calibration.steps import gpu_lane, step_shapes
 from cbsim.config.schema import HardwareConfig
 from cbsim.costs import CostModel
-from cbsim.costs.kernels import KernelCosts
+from cbsim.costs.step_tables import StepMemo
 from cbsim.trace import schema as S
 
 EFFS = ("gemm_bandwidth_eff", "attention_bandwidth_eff", "gemm_flops_eff", "attention_flops_eff")
@@ -112,8 +113,9 @@ class ForwardProblem:
     hw: HardwareConfig
     data: list[tuple[Recorded, list[Sample], np.ndarray]]
     terms: list[str]
-    # each run's kernel terms, which no fitted term moves: built once, their lookups remembered
-    _kernels: dict[int, KernelCosts | None] = field(default_factory=dict, repr=False)
+    # each run's first CostModel: what no fitted term moves (its steps' shapes, the kernel
+    # table's lookups), worked out once
+    _models: dict[int, CostModel] = field(default_factory=dict, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -142,18 +144,27 @@ class ForwardProblem:
         return g
 
     def model(self, theta: np.ndarray) -> np.ndarray:
-        g = self.gpu_of(theta)
+        hw = _unchecked(self.hw, gpu=self.gpu_of(theta))
         out = []
-        for i, (rec, shapes, _) in enumerate(self.data):
-            cfg = dataclasses.replace(rec.config, hardware=_unchecked(self.hw, gpu=g))
-            cm = CostModel(cfg, kernel_costs=self._kernels.get(i))
-            self._kernels[i] = cm.kernel_costs
+        for i, (_, shapes, _) in enumerate(self.data):
+            cm = self.cost_model(i, hw)
             for shape, graph, carry, own_span, idle in shapes:
                 padded = cm.graph_size(len(shape)) if graph else None
                 f = cm.forward(shape, graph=graph, carry_over=carry, padded_requests=padded)
                 slow = cm.idle_slowdown_us(idle) if idle else 0.0
                 out.append(f.total_us + slow - (f.carry_over_us if own_span else 0.0))
         return np.asarray(out)
+
+    def cost_model(self, i: int, hw: HardwareConfig) -> CostModel:
+        """Run ``i``'s CostModel under ``hw``: like its first one, which keeps its sampled steps'
+        shapes and kernel lookups."""
+        rec, shapes, _ = self.data[i]
+        first = self._models.get(i)
+        cm = CostModel(dataclasses.replace(rec.config, hardware=hw), like=first)
+        if first is None:
+            cm.memo = StepMemo(len(shapes))
+            self._models[i] = cm
+        return cm
 
 
 def forward_problem(recs: list[Recorded], cal: Calibration, options: FitOptions):
@@ -326,7 +337,7 @@ def apply_forward(
 
 
 def _unchecked(hw: HardwareConfig, **changes: Any) -> HardwareConfig:
-    new = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu))
+    new = copy.copy(hw)
     for k, v in changes.items():
         object.__setattr__(new, k, v)
     return new

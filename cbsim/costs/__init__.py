@@ -1,7 +1,8 @@
 """The simulator's cost model: every duration the SimPy model uses comes from here.
 
 ``model.py`` holds ``CostModel`` (the roofline, copies; ``host_phase_costs.py`` the host phases;
-``buffer_bytes.py`` what a step stages and the runtime allocates; ``mixed_graphs.py`` steps with
+``buffer_bytes.py`` what a step stages and the runtime allocates; ``step_tables.py`` a step's
+attention groups and decode launch, worked out once per batch; ``mixed_graphs.py`` steps with
 prompt tokens replayed from piecewise graphs; a forward's cost is ``forward_cost.py``'s
 ``ForwardCost``); a hardware profile with ``kernel_table`` set
 costs the forward's kernels from measured times instead (``kernel_table.py`` reads and

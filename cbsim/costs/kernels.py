@@ -49,6 +49,29 @@ def elementwise_ops(m: ModelConfig, fused_epilogues: bool) -> list[tuple[str, in
     return ops if fused_epilogues else [*ops, ("add", h, 0, 2)]
 
 
+class DecodeRows:
+    """The contexts of a decode launch's rows as a kernel table is read at them: how many, their
+    sum and longest, and their sum in whole tiles (once a tile)."""
+
+    def __init__(self, ctx: np.ndarray) -> None:
+        self.ctx = ctx
+        self.n, self.total, self.top = len(ctx), int(ctx.sum()), int(ctx.max())
+        self._tiled: dict[int, int] = {}
+        self._longest: DecodeRows | None = None
+
+    def tiled(self, tile: int) -> int:
+        got = self._tiled.get(tile)
+        if got is None:
+            got = self._tiled[tile] = int((-(-self.ctx // tile)).sum()) * tile
+        return got
+
+    def longest(self) -> DecodeRows:
+        """As many rows, each at the longest one's context."""
+        if self._longest is None:
+            self._longest = DecodeRows(np.full(self.n, self.top))
+        return self._longest
+
+
 class KernelCosts:
     """One model's forward terms from a table, at the profile's rates for unseen shapes."""
 
@@ -152,34 +175,32 @@ class KernelCosts:
         return share / (1.0 + rows * self.kv_bytes_per_token * tile / self.tile_share_bytes)
 
     def decode_rows_us(
-        self, ctx: np.ndarray, tile: int, tile_share: float, launch: str = "", uneven: float = 0.0
+        self, rows: DecodeRows, tile: int, tile_share: float, launch: str = "", uneven: float = 0.0
     ) -> float:
-        """The paged decode kernel over requests of contexts ``ctx`` (``even_rows_us``); a launch
-        that ends with its longest request pays ``uneven`` of the way from the even batch of
-        their mean context to one of the longest's (hardware.gpu.decode_uneven_share)."""
-        even = self.even_rows_us(ctx, tile, tile_share, launch)
-        top = int(ctx.max())
-        if not uneven or top * len(ctx) == int(ctx.sum()):
+        """The paged decode kernel over requests of contexts ``rows`` (``even_rows_us``); a
+        launch that ends with its longest request pays ``uneven`` of the way from the even batch
+        of their mean context to one of the longest's (hardware.gpu.decode_uneven_share)."""
+        even = self.even_rows_us(rows, tile, tile_share, launch)
+        if not uneven or rows.top * rows.n == rows.total:
             return even
-        longest = self.even_rows_us(np.full(len(ctx), top), tile, tile_share, launch)
+        longest = self.even_rows_us(rows.longest(), tile, tile_share, launch)
         return even + uneven * (longest - even)
 
-    def even_rows_us(self, ctx: np.ndarray, tile: int, tile_share: float, launch: str) -> float:
+    def even_rows_us(self, rows: DecodeRows, tile: int, tile_share: float, launch: str) -> float:
         """The kernel's time as the table has it at the batch's mean context: it reads live
         tokens only but computes whole tiles of ``tile`` tokens, so a share of its time
         (``tile_share``) is charged at each context rounded up to its tile (the table's contexts
         are tile multiples, where the two agree; between them it is interpolated per token)."""
-        rows = len(ctx)
-        total = int(ctx.sum())
-        per_token = self.decode_attention_us(rows, total / rows, launch)
+        n, total = rows.n, rows.total
+        per_token = self.decode_attention_us(n, total / n, launch)
         if not tile_share:
             return per_token
-        tile_share = self.tile_share(rows, tile, tile_share)
-        tiled = int((-(-ctx // tile)).sum()) * tile
+        tile_share = self.tile_share(n, tile, tile_share)
+        tiled = rows.tiled(tile)
         if tiled == total:
             return per_token
         return (1.0 - tile_share) * per_token + tile_share * self.decode_attention_us(
-            rows, tiled / rows, launch
+            n, tiled / n, launch
         )
 
     def prefill_attention_us(self, prompts: int, length: int) -> float:
@@ -188,7 +209,7 @@ class KernelCosts:
     def attention_us(
         self,
         batch,
-        decode: bool,
+        rows: DecodeRows | None,
         padded_groups: bool,
         tile: int = 128,
         tile_share: float = 0.0,
@@ -196,17 +217,18 @@ class KernelCosts:
         groups=None,
         uneven: float = 0.0,
     ) -> float:
-        """Decode rows (``decode_rows_us``; a mixed step's from its ``groups``, short
-        continuations among them) and prompt chunks from position 0 (chunks after a cached
-        prefix beyond the decode rows are costed by the caller's roofline)."""
-        q, ctx = batch.query_lens, batch.context_lens
-        if decode:
-            return self.decode_rows_us(np.asarray(ctx), tile, tile_share, launch, uneven)
+        """Decode rows (``decode_rows_us`` over ``rows``, the contexts of a decode step's
+        requests or of a mixed step's decode rows, short continuations among them) and, with
+        ``groups`` (a mixed step's), prompt chunks from position 0 (chunks after a cached prefix
+        beyond the decode rows are costed by the caller's roofline)."""
         total = 0.0
-        if groups.decode_rows:
-            total += self.decode_rows_us(groups.dec_ctx, tile, tile_share, launch, uneven)
+        if rows is not None:
+            total += self.decode_rows_us(rows, tile, tile_share, launch, uneven)
+        if groups is None:
+            return total
         fresh = groups.fresh
         if len(fresh):
+            q = batch.query_lens
             if padded_groups:  # one group padded to its longest chunk
                 total += self.prefill_attention_us(len(fresh), int(q[fresh].max()))
             else:

@@ -29,10 +29,9 @@ event op.
 from __future__ import annotations
 
 from cbsim.config.schema import CbsimConfig
-from cbsim.costs.attention_groups import AttentionGroups, groups_of
 from cbsim.costs.buffer_bytes import BufferBytes
 from cbsim.costs.clock import settle_forward
-from cbsim.costs.decode_kernel import GraphTables, LaunchRule, launch_name, table_width
+from cbsim.costs.decode_kernel import GraphTables, LaunchRule
 from cbsim.costs.eager_tokens import eager_tokens
 from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
@@ -40,20 +39,21 @@ from cbsim.costs.host_phase_costs import HostPhaseCosts
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
 from cbsim.costs.kernels import KernelCosts
 from cbsim.costs.mixed_graphs import buckets_of, piecewise
+from cbsim.costs.step_tables import StepMemo, StepTables
 
 
-class CostModel(BufferBytes, HostPhaseCosts):
+class CostModel(BufferBytes, HostPhaseCosts, StepTables):
     """Durations for one configuration; precomputes the per-model constants once."""
 
     def __init__(
         self,
         config: CbsimConfig,
         max_context: int | None = None,
-        kernel_costs: KernelCosts | None = None,
+        like: CostModel | None = None,
     ) -> None:
         """``max_context``: the longest request (prompt + new tokens), which sets the block
-        table's width; None: from the workload. ``kernel_costs``: another CostModel's, of the
-        same model, table and rates (a fit costs the same steps under other GPU terms)."""
+        table's width; None: from the workload. ``like``: a CostModel of the same run under
+        other GPU terms (a fit's), whose kernel lookups and per-step shapes hold here too."""
         m, hw, w = config.model, config.hardware, config.workload
         self.hw, self.gpu, self.host = hw, hw.gpu, hw.host
         self.block_size = w.kv_block_size
@@ -99,93 +99,27 @@ class CostModel(BufferBytes, HostPhaseCosts):
         # what one program of the continuation kernel walks per table token, all layers
         self.walk_elements_per_token = layers * m.head_dim
         self._max_context = max_context
-        self._partitions: dict[tuple[int, int], int] = {}
-        self._groups: tuple[object, AttentionGroups] | None = None  # the last batch's
-        self._table: tuple[object, int | None, tuple[int, int]] | None = None  # the last batch's
-        # a graph per decode-kernel launch class (engine.graph_width_classes; the Triton kernel)
-        classes = config.engine.graph_width_classes and config.mode.attention != "torch"
-        self.rule = LaunchRule.of(config.engine.decode_launch)
-        self.graph_tables = GraphTables(self.rule, self.kv_heads, self.block_size, classes)
+        if like is not None:
+            self.rule, self.graph_tables, self.memo = like.rule, like.graph_tables, like.memo
+            self._partitions = like._partitions
+            if max_context is None:
+                self._max_context = like._max_context
+        else:
+            # a graph per decode-kernel launch class (engine.graph_width_classes; the Triton kernel)
+            classes = config.engine.graph_width_classes and config.mode.attention != "torch"
+            self.rule = LaunchRule.of(config.engine.decode_launch)
+            self.graph_tables = GraphTables(self.rule, self.kv_heads, self.block_size, classes)
+            self.memo, self._partitions = StepMemo(), {}
         # step-to-step host speed, only in a band's draws (host_jitter.py)
         sp = hw.host.spread
         self.jitter = HostJitter(sp.within_run, sp.seed) if sp.jitter and sp.within_run else None
         # measured kernel times in place of the roofline's GEMMs and attention (kernels.py)
+        kernel_costs = like.kernel_costs if like is not None else None
         if kernel_costs is None and hw.kernel_table:
             kernel_costs = KernelCosts(config)
         self.kernel_costs = kernel_costs
         # pinned copies from the table too, when it timed them
         self.table_copies = self.kernel_costs is not None and self.kernel_costs.has_copies
-
-    @property
-    def max_context(self) -> int:
-        if self._max_context is None:
-            w = self.workload
-            if w.prompt_dist == "fixed" and w.gen_dist == "fixed":
-                self._max_context = w.prompt_len + w.gen_len
-            else:
-                from cbsim.workload import make_requests
-
-                reqs = make_requests(w, self.model.vocab_size)
-                self._max_context = max(r.prompt_len + r.max_new_tokens for r in reqs)
-        return self._max_context
-
-    def partition(self, rows: int, width: int | None = None) -> int:
-        """The decode kernel's split-K partition for ``rows`` over a table ``width`` tokens wide
-        (None: the longest request's)."""
-        width = table_width(self.max_context, self.block_size) if width is None else width
-        key = (rows, width)
-        if key not in self._partitions:
-            self._partitions[key] = self.rule.partition(rows, self.kv_heads, width)
-        return self._partitions[key]
-
-    def graph_table(self, rows: int, longest: int) -> int:
-        """Tokens of the block table a graph of ``rows`` requests replays with for a step whose
-        longest request has ``longest`` (runtime/runner.py)."""
-        widest = table_width(self.max_context, self.block_size)
-        return self.graph_tables.width(rows, longest, widest)
-
-    def decode_table(self, batch, padded: int | None) -> tuple[int, int]:
-        """(rows, table width) the decode kernel launches over: a graph step's ``padded`` rows
-        over its replayed table, an eager step's decode rows over a table as wide as the
-        batch's longest request (io_slots.pack). Kept for the last batch, which the forward's
-        tile, launch and uneven share all ask."""
-        last = self._table
-        if last is not None and last[0] is batch and last[1] == padded:
-            return last[2]
-        got = self._decode_table(batch, padded)
-        self._table = (batch, padded, got)
-        return got
-
-    def _decode_table(self, batch, padded: int | None) -> tuple[int, int]:
-        longest = int(batch.context_lens.max())
-        if padded is not None:
-            return padded, self.graph_table(padded, longest)
-        rows = self.groups(batch).decode_rows
-        return max(rows, 1), table_width(longest, self.block_size)
-
-    def uneven_share(self, batch, padded: int | None) -> float:
-        """hardware.gpu.decode_uneven_share where the step's decode launch runs in one wave."""
-        g = self.gpu
-        if not (g.decode_uneven_share and g.decode_wave_programs):
-            return 0.0
-        rows, width = self.decode_table(batch, padded)
-        programs = rows * self.kv_heads * -(-width // self.partition(rows, width))
-        return g.decode_uneven_share if programs <= g.decode_wave_programs else 0.0
-
-    def groups(self, batch) -> AttentionGroups:
-        """The step's attention groups, as the runtime packs them (attention_groups.py): made
-        once per batch, which the forward's terms and the step's copy all read."""
-        if self._groups is None or self._groups[0] is not batch:
-            self._groups = (batch, groups_of(batch, self.short_max))
-        return self._groups[1]
-
-    def decode_tile(self, batch, padded: int | None) -> int:
-        return self.rule.tile(self.decode_table(batch, padded)[1])
-
-    def decode_launch(self, batch, padded: int | None) -> str:
-        """The decode kernel's launch, as kernel tables name it."""
-        rows, width = self.decode_table(batch, padded)
-        return launch_name(self.rule.tile(width), self.partition(rows, width), width)
 
     def idle_slowdown_us(self, idle_us: float) -> float:
         """Extra time of a forward whose compute stream sat idle ``idle_us`` before it."""
@@ -235,10 +169,11 @@ class CostModel(BufferBytes, HostPhaseCosts):
             tile = self.decode_tile(batch, padded_requests) if share else 128
             launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
             groups = None if decode else self.groups(batch)
+            rows = self.decode_rows(batch, decode)
             uneven = self.uneven_share(batch, padded_requests)
             padded_groups = self.gpu.attention_padded_groups
             attention = kc.attention_us(
-                batch, decode, padded_groups, tile, share, launch, groups, uneven
+                batch, rows, padded_groups, tile, share, launch, groups, uneven
             )
             s = self.gpu.kernel_table_scale  # the table's machine against the one costed
             linear, lm_head, attention = linear * s, lm_head * s, attention * s
