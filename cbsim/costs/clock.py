@@ -29,11 +29,11 @@ def settled_ratio(clock: GpuClock, gemm_rate):
     ``throttle_from``, falling linearly to ``min_ratio`` at ``throttle_full``; a number or a
     numpy array (the same float operations either way: the fast-forward checks the two agree)."""
     span = clock.throttle_full - clock.throttle_from
-    if np.ndim(gemm_rate):
+    if not isinstance(gemm_rate, (float, int, np.number)) and np.ndim(gemm_rate):
         depth = np.clip(
             (np.asarray(gemm_rate, dtype=np.float64) - clock.throttle_from) / span, 0, 1
         )
-    else:  # a plain float: no numpy call per simulated step
+    else:  # a plain number: no numpy call per simulated step (np.ndim itself takes 1-2 us)
         depth = min(max((float(gemm_rate) - clock.throttle_from) / span, 0.0), 1.0)
     return 1.0 - (1.0 - clock.min_ratio) * depth
 

@@ -106,9 +106,14 @@ class StepTables:
         return self.memo.get(batch, "mixed rows", lambda: DecodeRows(groups.dec_ctx))
 
     def decode_tile(self, batch, padded: int | None) -> int:
-        return self.rule.tile(self.decode_table(batch, padded)[1])
+        return self.memo.get(
+            batch, ("tile", padded), lambda: self.rule.tile(self.decode_table(batch, padded)[1])
+        )
 
     def decode_launch(self, batch, padded: int | None) -> str:
         """The decode kernel's launch, as kernel tables name it."""
+        return self.memo.get(batch, ("launch", padded), lambda: self._launch(batch, padded))
+
+    def _launch(self, batch, padded: int | None) -> str:
         rows, width = self.decode_table(batch, padded)
         return launch_name(self.rule.tile(width), self.partition(rows, width), width)
