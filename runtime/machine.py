@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from cbsim.config.hardware import HardwareConfig, device_matches
-from cbsim.host import cpu_model
+from cbsim.host import SPEED_TRIALS, cpu_model, python_speed_us
 from cbsim.trace.hardware import BASIS_DEVICE, COPY_OF_DEVICE, COPY_OF_HOST
 
 log = logging.getLogger("cbsim.runtime")
@@ -41,6 +41,9 @@ HOST_COPY_REPEATS = 4
 COPY_TRIALS = 3
 # below this much free device memory for source and destination, no rate is measured
 MIN_COPY_BYTES = 16 << 20
+# the host's cost of one small torch op on the CPU (the dispatcher, as every eager kernel launch
+# and the prepare phase's tensor work pay it): TORCH_OPS adds timed per trial, the median counts
+TORCH_OPS = 400
 
 _read: dict[str, dict[str, Any]] = {}  # per device, for this process (a compare runs twice)
 _warned: set[tuple[str, str]] = set()
@@ -109,7 +112,23 @@ def host_info() -> dict[str, Any]:
         "host_cores": os.cpu_count() or 1,
         "host_ram_bytes": total,
         "host_ram_available_bytes": available,
+        "host_python_us": python_speed_us(),
+        "host_torch_op_us": torch_op_us(),
     }
+
+
+def torch_op_us() -> float:
+    """Microseconds one small CPU torch op costs this host, dispatch included (median of
+    trials; about 10 ms in all)."""
+    a, b = torch.ones(8), torch.ones(8)
+    times = []
+    for _ in range(SPEED_TRIALS + 1):
+        t0 = time.perf_counter()
+        for _ in range(TORCH_OPS):
+            torch.add(a, b, out=a)
+        times.append((time.perf_counter() - t0) * 1e6 / TORCH_OPS)
+    times.pop(0)  # the warm-up
+    return round(sorted(times)[len(times) // 2], 3)
 
 
 def host_ram_bytes() -> tuple[int, int]:

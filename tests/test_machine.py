@@ -70,6 +70,8 @@ def test_a_cpu_has_host_fields_no_gpu_fields_and_a_labelled_host_copy_rate(cache
     assert info["host_cpu"] in cpuinfo and info["host_cores"] >= 1
     assert 0 < info["host_ram_available_bytes"] <= info["host_ram_bytes"]
     assert machine.device_memory_bytes(CPU) <= info["host_ram_bytes"]
+    # the host's measured speed: a few ms of Python work, a small torch op in microseconds
+    assert 10 < info["host_python_us"] < 1e6 and 0 < info["host_torch_op_us"] < 1e3
 
 
 def test_device_name_matches_a_case_insensitive_part_of_the_gpu_name():

@@ -351,6 +351,8 @@ H100 = {
     "host_cpu": "Intel(R) Xeon(R) Platinum 8480+",
     "host_cores": 16,
     "host_ram_bytes": 128 * 2**30,
+    "host_python_us": 1850.0,
+    "host_torch_op_us": 1.25,
 }
 
 
@@ -364,7 +366,10 @@ def test_a_recordings_report_names_its_gpu_its_profile_and_the_floors_rate(tmp_p
     html = write_run_report(runs, cfg, tmp_path / "report.html").read_text()
     assert "llama3_8b on NVIDIA H100 80GB HBM3 (profile h200)" in html
     assert "132 SMs · 79.2 GiB · compute 9.0 · copy 3.03 TB/s measured" in html
-    assert "Intel(R) Xeon(R) Platinum 8480+ · 16 cores · 128 GiB RAM" in html
+    assert (
+        "Xeon(R) Platinum 8480+ · 16 cores · 128 GiB RAM · Python work 1.85 ms · torch op 1.25 us"
+        in html
+    )
     assert "3.03 TB/s (measured copy rate)" in html  # what "of the HBM floor" divides by
     assert "calibrated from 60 runtime traces of h200/fit_a, h200/fit_b, h200/fit_padded" in html
 

@@ -30,7 +30,7 @@ from cbsim.calibration.run_config import compose_overrides
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.schema import HardwareConfig
 from cbsim.config.shipped_profiles import kernel_table_files
-from cbsim.host import cpu_model
+from cbsim.host import cpu_model, python_speed_us
 from cbsim.profiling import profile_dir as pd
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.fit import fit_profile
@@ -99,7 +99,8 @@ def commit_of(opts: ProfileOptions) -> str:
 
 
 def host_facts() -> dict[str, Any]:
-    """The host's CPU model, cores and memory (Linux /proc where it is there)."""
+    """The host's CPU model, cores, memory (Linux /proc where it is there) and speed at the host
+    phases' kind of Python work (cbsim.host.python_speed_us)."""
     import os
 
     cpu = cpu_model()
@@ -113,6 +114,7 @@ def host_facts() -> dict[str, Any]:
         "cpu": cpu,
         "cores": os.cpu_count(),
         "ram_bytes": ram,
+        "python_us": python_speed_us(),
         "python": platform.python_version(),
         "os": platform.platform(),
     }

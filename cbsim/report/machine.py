@@ -65,7 +65,7 @@ def device_summary(other: dict[str, Any]) -> str | None:
 
 
 def host_summary(other: dict[str, Any]) -> str | None:
-    """The recording's host: CPU model, logical cores, RAM."""
+    """The recording's host: CPU model, logical cores, RAM, its measured speed."""
     hw = hardware_of(other)
     if recorded_device(other) is None or not hw.get("host_cpu"):
         return None
@@ -74,6 +74,10 @@ def host_summary(other: dict[str, Any]) -> str | None:
         parts.append(f"{hw['host_cores']} cores")
     if hw.get("host_ram_bytes"):
         parts.append(f"{hw['host_ram_bytes'] / 2**30:.0f} GiB RAM")
+    if hw.get("host_python_us"):
+        parts.append(f"Python work {hw['host_python_us'] / 1e3:.2f} ms")
+    if hw.get("host_torch_op_us"):
+        parts.append(f"torch op {hw['host_torch_op_us']:.2f} us")
     return " · ".join(parts)
 
 

@@ -3,8 +3,10 @@
 A runtime trace reads its machine at the start (runtime/machine.py): ``basis`` "device", the
 GPU's ``name``, ``sms``, ``memory_bytes``, ``capability``, ``uuid`` and ``driver``, its measured
 copy rate (``copy_bytes_per_s``, read + write bytes counted, with ``copy_of`` and
-``copy_method`` saying how), the host (``host_cpu``, ``host_cores``, ``host_ram_bytes``) and
-the software. On a CPU ``name`` is "cpu", there are no GPU fields and the copy rate is host
+``copy_method`` saying how), the host (``host_cpu``, ``host_cores``, ``host_ram_bytes``, and its
+measured speed: ``host_python_us`` for a fixed scheduler-like piece of Python work,
+``host_torch_op_us`` for one small CPU torch op; cbsim/host.py, runtime/machine.py) and the
+software. On a CPU ``name`` is "cpu", there are no GPU fields and the copy rate is host
 memory's. A simulated trace records ``basis`` "profile": the profile's ``name``, ``source``,
 ``device_name``, ``memory_bytes`` and ``hbm_bandwidth``, no measurement. A Kineto import
 keeps the profiler's device names in otherData.kineto.devices.
@@ -21,7 +23,15 @@ BASIS_DEVICE, BASIS_PROFILE = "device", "profile"
 BASES = (BASIS_DEVICE, BASIS_PROFILE)
 COPY_OF_DEVICE, COPY_OF_HOST = "device memory", "host memory"
 COPIES_OF = (COPY_OF_DEVICE, COPY_OF_HOST)
-POSITIVE = ("sms", "memory_bytes", "copy_bytes_per_s", "host_cores", "host_ram_bytes")
+POSITIVE = (
+    "sms",
+    "memory_bytes",
+    "copy_bytes_per_s",
+    "host_cores",
+    "host_ram_bytes",
+    "host_python_us",
+    "host_torch_op_us",
+)
 TEXT = ("name", "capability", "host_cpu", "copy_method", "source", "device_name")
 
 
