@@ -3,6 +3,7 @@ model=tiny: its smoke test), and the profile directory it writes selected by har
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -42,11 +43,20 @@ def cbsim(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.Comple
 
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory) -> Path:
-    """One smoke profile for the module."""
-    work = tmp_path_factory.mktemp("profile")
+    """One smoke profile for the whole test run, which its tests only read: made by the first
+    test worker that asks, under a lock in the run's temporary directory (the parent of each
+    xdist worker's own), and found there by the others."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    work = shared / "profile_machine_smoke"
     out = work / "prof"
-    got = cbsim([*SMOKE, f"extra.out={out}"], work)
-    assert got.returncode == 0, got.stderr[-2000:]
+    with open(shared / "profile_machine_smoke.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_dir():  # the command renames its output into place when it is whole
+            work.mkdir(exist_ok=True)
+            got = cbsim([*SMOKE, f"extra.out={out}"], work)
+            assert got.returncode == 0, got.stderr[-2000:]
     return out
 
 
