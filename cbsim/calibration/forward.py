@@ -29,6 +29,11 @@ EFFS = ("gemm_bandwidth_eff", "attention_bandwidth_eff", "gemm_flops_eff", "atte
 # (the eager gap then absorbs a long prefill's elementwise traffic); a Kineto trace measures
 # them directly (kernel_busy_us per forward, conf/hardware/<device>.yaml).
 GPU_FIRST = ("forward_fixed_us", "carry_over_us")
+# the cost per forward, told from the per-kernel terms (the tables' scale, the efficiencies) only
+# by forwards of two model shapes or more: over one shape's, the two trade against each other
+# (the H100's 8B-only probes fitted 549 us against a table scale of x0.83, which predicted the
+# held-out 1B's decode 18% long and the 3B's prefill 30% long), so one shape keeps the base's
+PER_FORWARD = "forward_fixed_us"
 GPU_LAST = ("eager_kernel_gap_us", "graph_node_gap_us")
 # idle_slowdown is fitted only when at least this share of the forwards followed an idle compute
 # stream (a sync run): more than IDLE_SEEN_US of idle
@@ -195,7 +200,21 @@ def forward_problem(recs: list[Recorded], cal: Calibration, options: FitOptions)
     )
     if cal.hardware.gpu.attention_tile_share_bytes > 0:
         cal.notes.append("attention_tile_share kept: measured with its fall over the batch")
-    return ForwardProblem(cal.hardware, data, fitted_terms(cal.hardware.gpu))
+    terms = fitted_terms(cal.hardware.gpu)
+    if len({model_shape(rec) for rec, _, _ in data}) < 2 and PER_FORWARD in terms:
+        terms.remove(PER_FORWARD)
+        cal.notes.append(
+            f"{PER_FORWARD} kept: the forwards are of one model shape, over which a cost per "
+            "forward trades against the per-kernel terms (profile_machine's extra.model_probes "
+            "give two)"
+        )
+    return ForwardProblem(cal.hardware, data, terms)
+
+
+def model_shape(rec: Recorded) -> tuple[int, ...]:
+    """What sets a forward's kernels: the model's layers and widths."""
+    m = rec.config.model
+    return (m.num_layers, m.hidden_size, m.intermediate_size, m.num_heads, m.num_kv_heads)
 
 
 def fitted_terms(gpu) -> list[str]:
