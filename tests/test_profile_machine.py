@@ -108,7 +108,7 @@ def test_fresh_processes_of_the_reference_set_the_host_level_and_its_spread(prof
 
 def test_separate_processes_up_to_several_times_slower_are_still_the_machine(tmp_path):
     """The H200's recorded reference runs (separate processes, three sessions) as fresh runs of
-    h200_profiled: all six are kept, though half are over x4 its in-process probes' host."""
+    h200_profiled: all six are kept, though they run x1.7-x3.6 its in-process probes' host."""
     from conftest import make_config
 
     from cbsim.profiling.fresh import FRESH_DIR, fresh_level
@@ -119,7 +119,7 @@ def test_separate_processes_up_to_several_times_slower_are_still_the_machine(tmp
         shutil.copytree(recordings / session / case, tmp_path / FRESH_DIR / f"run_{i + 1}")
     level = fresh_level(tmp_path, make_config(["hardware=h200_profiled"]).hardware)
     hosts = sorted(m.host for m in level.machines.values())
-    assert len(hosts) == 6 and hosts[0] > 2 and hosts[-1] > 4
+    assert len(hosts) == 6 and hosts[0] > 1.5 and hosts[-1] > 3
     assert level.host == pytest.approx((hosts[2] + hosts[3]) / 2)
     assert 0.1 < level.between_calls < 0.4
 
