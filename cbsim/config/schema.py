@@ -210,8 +210,9 @@ class EngineConfig:
     continuation_decode_max: int = 0
     # how the Triton decode kernel launches over a table of a given width (both back ends)
     decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())
-    # "buckets": prompt steps in piecewise graphs (costs/mixed_graphs.py, runtime/piecewise.py;
-    # the runtime runs it in its CPU emulation and refuses it on a GPU until verified there)
+    # "buckets": prompt steps replayed from piecewise graphs over token-count buckets, attention
+    # eager between the pieces (costs/mixed_graphs.py, runtime/piecewise.py); "off": prompt
+    # steps launched eagerly, the what-if both back ends model
     mixed_graphs: str = "off"
 
     def __post_init__(self) -> None:
