@@ -3,10 +3,11 @@ overrides it recorded; and the batches the shared scheduler gave it, replayed.""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cbsim.config import CbsimConfig, ConfigError
@@ -27,11 +28,17 @@ def config_of(trace: Trace, where: str = "trace") -> CbsimConfig:
         )
     raw = {k: v for k, v in raw.items() if k != "hydra"}
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(CbsimConfig), raw)
+        merged = OmegaConf.merge(_schema(), raw)
         obj = OmegaConf.to_object(merged)
     except (OmegaConfBaseException, ConfigError) as exc:
         raise ConfigError(f"{where}: otherData.config does not fit the schema ({exc})") from None
     return obj
+
+
+@functools.cache
+def _schema() -> DictConfig:
+    """The run config's schema as a structured config, made once (a merge copies it)."""
+    return OmegaConf.structured(CbsimConfig)
 
 
 def compose_overrides(overrides: list[str], where: str = "trace") -> dict[str, Any]:
