@@ -122,9 +122,11 @@ def recordings(tmp_path_factory) -> list[Path]:
     ]
 
 
-def test_calibration_recovers_known_costs(recordings):
+def test_calibration_recovers_known_costs(recordings, tmp_path):
     base = load_config(compose_cfg([*UNFITTED])).hardware
-    cal = calibrate(load(recordings), base, "h200_test")
+    # a second model shape: over one shape's forwards the cost per forward is kept (below)
+    other = make_recording(tmp_path, 16, "async", ["model=llama3_1b"])
+    cal = calibrate(load([*recordings, other]), base, "h200_test")
     for key, truth in TRUTH.items():
         assert _get(cal.hardware, key) == pytest.approx(truth, rel=0.01), key
     # terms the traces cannot separate keep the base profile's value, and the table says so;
@@ -136,6 +138,22 @@ def test_calibration_recovers_known_costs(recordings):
     assert forward.fit.rms_pct < 0.01
 
 
+def test_one_model_shape_keeps_the_cost_per_forward(recordings):
+    """Over one shape's forwards a cost per forward trades against the per-kernel terms: the
+    forward fit leaves it out and says so."""
+    from cbsim.calibration.forward import PER_FORWARD, forward_problem
+    from cbsim.calibration.options import FitOptions
+    from cbsim.calibration.result import Calibration
+
+    base = load_config(compose_cfg([*UNFITTED])).hardware
+    cal = Calibration(dataclasses.replace(base), traces=[])
+    prob = forward_problem(load(recordings), cal, FitOptions(forward_samples=16))
+    assert PER_FORWARD not in prob.terms and "kernel_table_scale" in prob.terms
+    assert any(
+        n.startswith(f"{PER_FORWARD} kept: the forwards are of one model") for n in cal.notes
+    )
+
+
 def test_profile_file_round_trips(recordings, tmp_path):
     base = load_config(compose_cfg([*UNFITTED])).hardware
     cal = calibrate(load(recordings[:3]), base, "h200_rt")
@@ -143,7 +161,7 @@ def test_profile_file_round_trips(recordings, tmp_path):
     hw = hardware_from(yaml.safe_load(text))
     assert hw.name == "h200_rt" and hw.tier == "fitted"
     # one provenance entry per value: fitted ones name their spans, kept ones the base
-    assert hw.provenance["gpu.forward_fixed_us"].startswith("fitted: forward")
+    assert hw.provenance["gpu.gemm_bandwidth_eff"].startswith("fitted: forward")
     assert hw.provenance["gpu.eager_kernel_gap_us"].startswith("from hardware=h200")
     for key in TRUTH:
         assert _get(hw, key) == pytest.approx(_get(cal.hardware, key), rel=1e-5), key
