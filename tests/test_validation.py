@@ -17,8 +17,9 @@ import yaml
 from conftest import REPO, UNFITTED, compose_cfg, load_config, run_cli
 from omegaconf import OmegaConf
 
-from cbsim.calibration.calibrate import calibrate
+from cbsim.calibration.calibrate import Calibration, FitOptions, calibrate
 from cbsim.calibration.fit import independent_columns, linear_fit, nnls
+from cbsim.calibration.forward import PER_FORWARD, forward_problem
 from cbsim.calibration.manifest import manifest_of
 from cbsim.calibration.profile import profile_yaml
 from cbsim.calibration.recordings import load, resolve_traces
@@ -139,14 +140,7 @@ def test_calibration_recovers_known_costs(recordings, tmp_path):
 
 
 def test_one_model_shape_keeps_the_cost_per_forward(recordings):
-    """Over one shape's forwards a cost per forward trades against the per-kernel terms: the
-    forward fit leaves it out and says so."""
-    from cbsim.calibration.forward import PER_FORWARD, forward_problem
-    from cbsim.calibration.options import FitOptions
-    from cbsim.calibration.result import Calibration
-
-    base = load_config(compose_cfg([*UNFITTED])).hardware
-    cal = Calibration(dataclasses.replace(base), traces=[])
+    cal = Calibration(load_config(compose_cfg([*UNFITTED])).hardware, traces=[])
     prob = forward_problem(load(recordings), cal, FitOptions(forward_samples=16))
     assert PER_FORWARD not in prob.terms and "kernel_table_scale" in prob.terms
     assert any(

@@ -362,5 +362,6 @@ class CbsimConfig:
         ):
             raise ConfigError(
                 f"workload.prompt_len + workload.gen_len = {longest} exceeds "
-                f"model.max_position_embeddings={self.model.max_position_embeddings}"
+                f"model.max_position_embeddings={self.model.max_position_embeddings}; allowed: "
+                f"max_position_embeddings >= {longest}, or a shorter prompt_len + gen_len"
             )
