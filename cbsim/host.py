@@ -4,6 +4,9 @@ runtime's trace metadata, benchmark tables), so they all name the CPU the same w
 from __future__ import annotations
 
 import platform
+import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -45,16 +48,18 @@ def _scheduler_like_work() -> int:
     return total
 
 
-def python_speed_us() -> float:
-    """Microseconds the fixed scheduler-like Python work takes on this host (median of trials;
-    a few ms in all). Lower is faster."""
-    import statistics
-    import time
-
-    _scheduler_like_work()
+def median_us(work: Callable[[], object], trials: int = SPEED_TRIALS) -> float:
+    """Microseconds ``work`` takes on this host: the median of ``trials`` after one warm-up."""
+    work()
     times = []
-    for _ in range(SPEED_TRIALS):
+    for _ in range(trials):
         t0 = time.perf_counter()
-        _scheduler_like_work()
+        work()
         times.append((time.perf_counter() - t0) * 1e6)
-    return round(statistics.median(times), 1)
+    return statistics.median(times)
+
+
+def python_speed_us() -> float:
+    """Microseconds the fixed scheduler-like Python work takes on this host (a few ms in all).
+    Lower is faster."""
+    return round(median_us(_scheduler_like_work), 1)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from cbsim.config.hardware import HardwareConfig, device_matches
-from cbsim.host import SPEED_TRIALS, cpu_model, python_speed_us
+from cbsim.host import cpu_model, median_us, python_speed_us
 from cbsim.trace.hardware import BASIS_DEVICE, COPY_OF_DEVICE, COPY_OF_HOST
 
 log = logging.getLogger("cbsim.runtime")
@@ -118,17 +118,15 @@ def host_info() -> dict[str, Any]:
 
 
 def torch_op_us() -> float:
-    """Microseconds one small CPU torch op costs this host, dispatch included (median of
-    trials; about 10 ms in all)."""
+    """Microseconds one small CPU torch op costs this host, dispatch included (the median of
+    trials of TORCH_OPS; about 10 ms in all)."""
     a, b = torch.ones(8), torch.ones(8)
-    times = []
-    for _ in range(SPEED_TRIALS + 1):
-        t0 = time.perf_counter()
+
+    def ops() -> None:
         for _ in range(TORCH_OPS):
             torch.add(a, b, out=a)
-        times.append((time.perf_counter() - t0) * 1e6 / TORCH_OPS)
-    times.pop(0)  # the warm-up
-    return round(sorted(times)[len(times) // 2], 3)
+
+    return round(median_us(ops) / TORCH_OPS, 3)
 
 
 def host_ram_bytes() -> tuple[int, int]:
