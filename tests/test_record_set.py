@@ -8,6 +8,7 @@ needs CUDA), each case in a process of its own as on a GPU.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,21 @@ def test_a_set_is_recorded_per_repeat_and_resumed_by_the_next_command(tmp_path):
     assert json.loads((tmp_path / "run2" / "record_set.json").read_text())["recorded"] == ["r2/a"]
     metrics = json.loads((out / "r2" / "a" / "metrics.json").read_text())
     assert metrics["engine"] == "sync" and metrics["generated_tokens"] == 2 * 4
+
+
+def test_a_committed_repeat_is_not_recorded_over(tmp_path):
+    """The repository keeps a case's manifest and traces only; a command given those repeats
+    numbers its own after them."""
+    out = tmp_path / "set"
+    record(out, tmp_path / "run1", repeats=1, max_seconds=600)
+    case = out / "r1" / "a"
+    kept = {p.name for p in case.iterdir()}
+    for p in case.iterdir():
+        if p.name != "manifest.yaml" and not p.name.startswith("trace"):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    second = record(out, tmp_path / "run2", repeats=1, max_seconds=600)
+    assert second["recorded"] == ["r2/a"], second
+    assert "metrics.json" in kept and not (case / "metrics.json").exists()
 
 
 def test_wrong_settings_name_the_key(tmp_path):

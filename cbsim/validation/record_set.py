@@ -92,8 +92,11 @@ class RecordSet:
 
 
 def done(folder: Path) -> bool:
-    """A case recorded: its run finished (metrics.json) and wrote its trace(s)."""
-    return (folder / "metrics.json").is_file() and any(folder.glob("trace*.json.gz"))
+    """A case recorded: its trace(s), and its run finished (metrics.json) or was recorded by this
+    command (manifest.yaml, written after the run; a committed repeat keeps only it and the traces,
+    and must not be recorded over)."""
+    finished = (folder / "metrics.json").is_file() or (folder / "manifest.yaml").is_file()
+    return finished and any(folder.glob("trace*.json.gz"))
 
 
 def repeat_folders(s: RecordSet) -> list[Path]:
@@ -198,7 +201,7 @@ def run_case(s: RecordSet, case: str, folder: Path, cli: list[str]) -> tuple[boo
         return False, f"stopped after {s.case_timeout_s:g} s (extra.case_timeout_s)"
     (target / "trace_compare.json.gz").unlink(missing_ok=True)  # both traces, merged again
     lines = [ln for ln in (got.stdout + got.stderr).splitlines() if ln.strip()]
-    if got.returncode != 0 or not done(target):
+    if got.returncode != 0 or not (target / "metrics.json").is_file():
         return False, lines[-1] if lines else f"exit status {got.returncode}"
     said = [ln for ln in lines if ln.startswith("async speedup")]
     return True, said[-1] if said else "recorded"
