@@ -221,6 +221,7 @@ class WaitLaunch:
     quick: list[float] = dataclasses.field(default_factory=list)
     graph: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     eager: list[tuple[float, float, float]] = dataclasses.field(default_factory=list)
+    eager_model: list[str] = dataclasses.field(default_factory=list)  # each eager span's model
     blocked: int = 0
 
 
@@ -251,6 +252,7 @@ def wait_launch_spans(recs: list[Recorded], depth: int, level: Level | None) -> 
                 out.graph.append((at_fast, nblocks))
             elif not launch_blocked(ts, dur, queue_free[step], fwd.at[step, "dur"], depth):
                 out.eager.append((at_fast, kernels[step], nblocks))
+                out.eager_model.append(rec.model_key)
             else:
                 out.blocked += 1
     return out
@@ -306,13 +308,38 @@ def fit_wait_launch(recs: list[Recorded], cal: Calibration, level: Level | None 
     if spans.eager:
         dur, kernels, nblocks = np.array(spans.eager).T
         body = dur - enqueue - host.launch_per_block_us * nblocks
-        set_quantile(cal, "launch (eager, /kernel)", body / kernels, host, "kernel_launch_us")
+        fit_eager_launch(cal, body, kernels, spans.eager_model)
     if spans.blocked:
         cal.notes.append(
             f"{spans.blocked} eager launch(es) ended as the launch queue freed (or, without "
             "a queue depth, lasted a fifth of their forward): the host blocked inside them, not "
             "used for kernel_launch_us"
         )
+
+
+def fit_eager_launch(
+    cal: Calibration, body: np.ndarray, kernels: np.ndarray, models: list[str]
+) -> None:
+    """``kernel_launch_us``, and ``eager_forward_us`` where the eager forwards are of two model
+    shapes or more: over one shape's forwards the kernels of a step hardly vary, and a cost per
+    forward trades against the cost per kernel (as forward_fixed_us against the kernel tables)."""
+    host = cal.hardware.host
+    if len(set(models)) < 2:
+        per_kernel = (body - host.eager_forward_us) / kernels
+        set_quantile(cal, "launch (eager, /kernel)", per_kernel, host, "kernel_launch_us")
+        cal.notes.append(
+            "eager_forward_us kept: the eager launches are of one model shape "
+            "(profile_machine's extra.model_probes give two)"
+        )
+        return
+    names = ["kernel_launch_us", "eager_forward_us"]
+    prior = [host.kernel_launch_us, host.eager_forward_us]
+    fit, out = trimmed_fit(np.column_stack([kernels, np.ones(len(body))]), body, names, prior)
+    host.kernel_launch_us = fit.values["kernel_launch_us"]
+    host.eager_forward_us = fit.values["eager_forward_us"]
+    shapes = f", {len(set(models))} model shapes"
+    what = "launch (eager)" + (f" ({int(out.sum())} slow out)" if out.any() else "") + shapes
+    cal.rows.append(Row(what, int((~out).sum()), fit, dict(zip(names, prior))))
 
 
 def step_kernels_and_queue(

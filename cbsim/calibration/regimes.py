@@ -130,8 +130,13 @@ def run_windows(speeds: pd.DataFrame, decode: set) -> RunLevels:
 
 
 def decode_steps(rec: Recorded) -> set:
+    """The decode steps replayed from a graph: the host speed is read where the phase model
+    describes the code that ran. An eager step's phases run 2-4x the graphed ones' (the H100
+    probes: prepare 180 against 30 us; the held-out eager runs alike), from the eager path
+    itself, so an eager run read as a speed level would put the whole run at the slow level and
+    divide its launches by the slow factor."""
     fwd = rec.forward
-    return set(fwd[fwd.kind == "decode"].step)
+    return set(fwd[(fwd.kind == "decode") & fwd.graph.astype(bool)].step)
 
 
 def two_levels(x: np.ndarray, w: np.ndarray) -> tuple[float, float] | None:

@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 # (cbsim/bands.py), and with stall_every_steps what HostCosts checks to be >= 0
 HOST_TIMES_US = (
     "kernel_launch_us",
+    "eager_forward_us",
     "graph_launch_us",
     "launch_per_block_us",
     "copy_launch_us",
@@ -111,6 +112,10 @@ class HostCosts:
     update: PhaseCost = field(default_factory=PhaseCost)
     # CPU time to launch one kernel eagerly (cudaLaunchKernel through PyTorch's dispatcher)
     kernel_launch_us: float = 5.0
+    # CPU time of an eager forward's own Python beside its kernels' launches, spread over them
+    # (the GPU works meanwhile): told from kernel_launch_us only by eager forwards of two model
+    # shapes (the H100's probes: the 8B 30 us a counted kernel, a 1B 47 us)
+    eager_forward_us: float = 0.0
     # CPU time to launch a captured graph (cudaGraphLaunch)
     graph_launch_us: float = 10.0
     # the first launch of each captured graph (per IO slot and batch bucket) costs this much

@@ -31,7 +31,7 @@ class HostPhaseCosts:
         """Host time to enqueue one step: the kernels or one graph, the copies, the events,
         and the per-block staging of the block tables."""
         h = self.host
-        body = h.graph_launch_us if graph else h.kernel_launch_us * kernels
+        body = h.graph_launch_us if graph else h.eager_forward_us + h.kernel_launch_us * kernels
         return (
             body
             + h.launch_per_block_us * blocks

@@ -5,12 +5,14 @@ profile.
 The probes run in one process that built the model once; a user's run is a process of its own.
 Host costs seen by separate processes of one machine differ from run to run by up to 2-3x
 (recorded reference workloads of one device call: schedule 10-31 us a step), so the level the
-probes measured is one draw. Each fresh run gives one host factor, every host cost's multiplier
-that puts the simulated sync total on the recorded one with the run's own forward factor (the
-anchor of cbsim/validation/anchor.py); the profile takes their median as its host level, their
-median forward factor as its forward level, and the spread of their logs as
-``host.spread.between_calls``. Their traces stay in the profile directory (``fresh/``), so
-``extra.refit`` measures the same.
+probes measured is one draw. Each fresh run gives one host factor, its host phases (schedule,
+prepare, update; both engines) over the simulated run's: measured where the host works, not
+back-fitted to the sync total, where the forwards are most of the time and a 1% forward error
+moved the host level by a third (the H100 profile: x0.50 anchored, x0.68 measured). Its forward
+factor is the async decode time's over the simulated one's (cbsim/validation/anchor.py). The
+profile takes their medians as its host and forward levels, and the spread of the host factors'
+logs as ``host.spread.between_calls``. Their traces stay in the profile directory (``fresh/``),
+so ``extra.refit`` measures the same.
 """
 
 from __future__ import annotations
@@ -120,13 +122,14 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
         if sync is None:
             continue
         async_ = engines.get("async")
+        runs = [r for r in (sync, async_) if r is not None]
+        host = math.exp(statistics.fmean(math.log(phase_factor(r, hw)) for r in runs))
         try:
-            if async_ is not None:
-                machine = measure_call(sync, async_, hw, "factor")
-            else:  # a CPU smoke run records sync only: its forward is taken as profiled
-                machine = CallMachine(1.0, host=_sync_only_host(sync, hw))
+            # a CPU smoke run records sync only: its forward is taken as profiled
+            forward = measure_call(sync, async_, hw, "none").forward if async_ else 1.0
         except ConfigError:  # a factor outside anchor.FACTOR_RANGE: not a probe of this host
             continue
+        machine = CallMachine(forward, host=host)
         if FACTOR_RANGE[0] <= machine.host <= FACTOR_RANGE[1]:
             machines[run] = machine
     if not machines:
@@ -138,17 +141,16 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     return FreshLevel(machines, host, spread, forward)
 
 
-def _sync_only_host(sync, hw: HardwareConfig) -> float:
-    """A sync-only run's host factor: its schedule, prepare and update time over the simulated
-    run's (on a CPU the forward's noise swamps the total, so the phases are compared)."""
+def phase_factor(rec, hw: HardwareConfig) -> float:
+    """A run's host factor: its schedule, prepare and update time over the simulated run's."""
     from cbsim.validation.measure import simulate_like
 
     def phases(trace) -> float:
         sp = trace.spans
         return float(sp[sp.name.isin(HOST_PHASES)].dur.sum())
 
-    sim = phases(simulate_like(sync, hw))
-    return phases(sync.trace) / sim if sim > 0 else 1.0
+    sim, real = phases(simulate_like(rec, hw)), phases(rec.trace)
+    return real / sim if sim > 0 and real > 0 else 1.0
 
 
 def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:

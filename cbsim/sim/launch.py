@@ -50,6 +50,7 @@ class LaunchHost:
     event: float  # event_us: record one event or make a stream wait on one
     graph: float  # graph_launch_us
     kernel: float  # kernel_launch_us
+    forward: float  # eager_forward_us: an eager forward's Python before its kernels
 
     @classmethod
     def at(cls, hc: HostCosts, factor: float) -> LaunchHost:
@@ -59,6 +60,7 @@ class LaunchHost:
             factor * hc.event_us,
             factor * hc.graph_launch_us,
             factor * hc.kernel_launch_us,
+            factor * hc.eager_forward_us,
         )
 
 
@@ -123,7 +125,9 @@ def enqueue_step(
     t += hs.event
     # a graph's launch (its first in this run costs more), or the first kernel's; then a
     # piecewise replay's other pieces and the attention kernels between them (none for one graph)
-    launch_first = hs.graph + first_replay_us(host, slot, plan) if graph else hs.kernel
+    # an eager forward's own Python runs between its kernels (the GPU works meanwhile): spread
+    per_kernel = hs.kernel + hs.forward / max(fwd.kernels, 1)
+    launch_first = hs.graph + first_replay_us(host, slot, plan) if graph else per_kernel
     rest = (fwd.pieces - 1) * hs.graph + fwd.eager_kernels * hs.kernel if graph else 0.0
     entries = fwd.pieces + fwd.eager_kernels if graph else fwd.kernels
     if costs.idle_slowdown and dev.compute.seq:
@@ -146,8 +150,8 @@ def enqueue_step(
         compute = dev.compute.enqueue(S.GRAPH_REPLAY, t, fwd_us, vc, ready, not_before_end=last)
         t += rest
     else:
-        first = t + hs.kernel
-        t += hs.kernel * fwd.kernels
+        first = t + per_kernel
+        t += per_kernel * fwd.kernels
         # the GPU cannot finish before the host has launched the last kernel
         compute = dev.compute.enqueue(
             S.FORWARD, first, fwd_us, vc, ready, not_before_end=t + fwd_us / fwd.kernels
