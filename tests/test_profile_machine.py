@@ -128,15 +128,25 @@ def test_kernel_tables_made_before_are_given_named_and_kept_by_a_refit(tmp_path)
     """extra.kernel_tables: tables of this GPU from +experiment=profile_kernels in place of
     measuring them; the manifest keeps the path so a refit uses them again; a path without
     tables is refused in one line before anything is fitted."""
-    shipped = REPO / "cbsim" / "profiles" / "h100_80gb_hbm3"
-    m = yaml.safe_load((shipped / "manifest.yaml").read_text())
-    assert m["kernel_tables"] == "cbsim/kernel_tables/h100" and not (shipped / "kernels").exists()
-    hw = yaml.safe_load((shipped / "hardware" / "h100_80gb_hbm3.yaml").read_text())
+    copy = tmp_path / "p"
+    shutil.copytree(REPO / "cbsim" / "profiles" / "h100_80gb_hbm3", copy)
+    shutil.rmtree(copy / "kernels")
+    got = cbsim(
+        [
+            "+experiment=profile_machine",
+            f"extra.refit={copy}",
+            "extra.kernel_tables=cbsim/kernel_tables/h100",
+        ],
+        tmp_path,
+        timeout=400,
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    m = yaml.safe_load((copy / "manifest.yaml").read_text())
+    assert m["kernel_tables"] == "cbsim/kernel_tables/h100"
+    hw = yaml.safe_load((copy / "hardware" / "h100_80gb_hbm3.yaml").read_text())
     assert hw["kernel_table"] == m["kernel_tables"]
     assert hw["provenance"]["kernel_table"].startswith("given: extra.kernel_tables=")
     assert "kernel tables given" in hw["source"] and "kernel tables measured" not in hw["source"]
-    copy = tmp_path / "p"
-    shutil.copytree(shipped, copy)
     got = cbsim(
         ["+experiment=profile_machine", f"extra.refit={copy}", f"extra.kernel_tables={tmp_path}"],
         tmp_path,
