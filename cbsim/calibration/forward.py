@@ -201,7 +201,7 @@ def forward_problem(recs: list[Recorded], cal: Calibration, options: FitOptions)
     if cal.hardware.gpu.attention_tile_share_bytes > 0:
         cal.notes.append("attention_tile_share kept: measured with its fall over the batch")
     terms = fitted_terms(cal.hardware.gpu)
-    if len({model_shape(rec) for rec, _, _ in data}) < 2 and PER_FORWARD in terms:
+    if len({rec.model_key for rec, _, _ in data}) < 2 and PER_FORWARD in terms:
         terms.remove(PER_FORWARD)
         cal.notes.append(
             f"{PER_FORWARD} kept: the forwards are of one model shape, over which a cost per "
@@ -209,12 +209,6 @@ def forward_problem(recs: list[Recorded], cal: Calibration, options: FitOptions)
             "give two)"
         )
     return ForwardProblem(cal.hardware, data, terms)
-
-
-def model_shape(rec: Recorded) -> tuple[int, ...]:
-    """What sets a forward's kernels: the model's layers and widths."""
-    m = rec.config.model
-    return (m.num_layers, m.hidden_size, m.intermediate_size, m.num_heads, m.num_kv_heads)
 
 
 def fitted_terms(gpu) -> list[str]:

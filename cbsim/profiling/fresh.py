@@ -8,7 +8,7 @@ Host costs seen by separate processes of one machine differ from run to run by u
 probes measured is one draw. Each fresh run gives one host factor, its host phases (schedule,
 prepare, update; both engines) over the simulated run's: measured where the host works, not
 back-fitted to the sync total, where the forwards are most of the time and a 1% forward error
-moved the host level by a third (the H100 profile: x0.50 anchored, x0.68 measured). Its forward
+moved the host level by a third (the H100 profile: x0.497 anchored, x0.593 measured). Its forward
 factor is the async decode time's over the simulated one's (cbsim/validation/anchor.py). The
 profile takes their medians as its host and forward levels, and the spread of the host factors'
 logs as ``host.spread.between_calls``. Their traces stay in the profile directory (``fresh/``),

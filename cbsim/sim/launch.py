@@ -50,7 +50,7 @@ class LaunchHost:
     event: float  # event_us: record one event or make a stream wait on one
     graph: float  # graph_launch_us
     kernel: float  # kernel_launch_us
-    forward: float  # eager_forward_us: an eager forward's Python before its kernels
+    forward: float  # eager_forward_us: an eager forward's own Python beside its kernels
 
     @classmethod
     def at(cls, hc: HostCosts, factor: float) -> LaunchHost:
@@ -62,6 +62,11 @@ class LaunchHost:
             factor * hc.kernel_launch_us,
             factor * hc.eager_forward_us,
         )
+
+    def eager_kernel(self, kernels: int) -> float:
+        """Host time per kernel of an eager forward: its own Python runs between its kernels
+        (the GPU works meanwhile), so it is spread over them."""
+        return self.kernel + self.forward / max(kernels, 1)
 
 
 def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
@@ -125,8 +130,7 @@ def enqueue_step(
     t += hs.event
     # a graph's launch (its first in this run costs more), or the first kernel's; then a
     # piecewise replay's other pieces and the attention kernels between them (none for one graph)
-    # an eager forward's own Python runs between its kernels (the GPU works meanwhile): spread
-    per_kernel = hs.kernel + hs.forward / max(fwd.kernels, 1)
+    per_kernel = hs.eager_kernel(fwd.kernels)
     launch_first = hs.graph + first_replay_us(host, slot, plan) if graph else per_kernel
     rest = (fwd.pieces - 1) * hs.graph + fwd.eager_kernels * hs.kernel if graph else 0.0
     entries = fwd.pieces + fwd.eager_kernels if graph else fwd.kernels

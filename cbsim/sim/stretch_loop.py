@@ -26,8 +26,7 @@ class StepLaunch:
         self.d2h_us = costs.d2h_us(costs.d2h_bytes(int(host.sched.run.size)))
         self.slowdown = costs.idle_slowdown
         self.graph, self.kernels = c.graph, c.kernels
-        # an eager forward's first kernel is launched by then (its own Python spread over them)
-        self.kl = hs.kernel + hs.forward / max(c.kernels, 1)
+        self.kl = hs.eager_kernel(c.kernels)  # an eager forward's first kernel is out by then
         self.body = hs.graph if c.graph else self.kl * c.kernels
         self.queue = host.launch_queue  # the real one: it holds what stepping leaves in it
         self.gap = host.device.compute.gap  # the device's idle between queued forwards
