@@ -1,6 +1,7 @@
-"""What engine.mixed_graphs=buckets buys: steps with prompt tokens replayed from piecewise CUDA
-graphs per token bucket (cbsim/costs/mixed_graphs.py, runtime/piecewise.py) against launched
-eagerly, simulated, and measured by the runtime on a GPU.
+"""What engine.mixed_graphs buys: steps with prompt tokens replayed from piecewise CUDA graphs
+per token bucket (buckets: runtime/piecewise.py) or one graph each (full: runtime/full_graphs.py)
+against launched eagerly (cbsim/costs/mixed_graphs.py), simulated, and measured by the runtime
+on a GPU.
 
     python benchmarks/bench_mixed_graphs.py                    # hardware=h200 and h100
     python benchmarks/bench_mixed_graphs.py --hardware h100 --requests 64
@@ -8,7 +9,7 @@ eagerly, simulated, and measured by the runtime on a GPU.
     python benchmarks/bench_mixed_graphs.py --runtime --small  # a CPU smoke test of the plumbing
 
 Simulated (the default): predictions of the cost model. Per online workload (engine=compare)
-and profile, with the switch off and on: the async engine's host ``launch`` per step by step kind (mean, ms), its GPU
+and profile, per setting: the async engine's host ``launch`` per step by step kind (mean, ms), its GPU
 idle, its TTFT p50 / p99, both engines' totals, and the graph pool the switch sizes. A third
 row, "buckets, 1-op attention", is the same switch with the runtime's attention cut to one
 kernel per group and layer (hardware.gpu.*_kernels_per_layer=1, *_kernels_extra=0): what the
@@ -55,6 +56,7 @@ SETTINGS = {
     "off": ("engine.mixed_graphs=off",),
     "buckets": ("engine.mixed_graphs=buckets",),
     "buckets, 1-op attention": ("engine.mixed_graphs=buckets", *ONE_OP),
+    "full": ("engine.mixed_graphs=full",),
 }
 
 
@@ -138,7 +140,7 @@ def measure(args) -> None:
     print(f"measured by the runtime, {name}, {args.requests} requests ({' '.join(overrides)})")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    for setting in ("off", "buckets"):
+    for setting in ("off", "buckets", "full"):
         for cells in runtime_rows(overrides, setting, args.requests, args.small):
             print("| " + " | ".join(cells) + " |", flush=True)
 

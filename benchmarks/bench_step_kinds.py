@@ -3,11 +3,11 @@ forward per step, and its share of the measured copy rate, beside transformers' 
 batching in the same process; prints ONE table.
 
     PYTHONUNBUFFERED=1 python benchmarks/bench_step_kinds.py [--case NAME | "LABEL: OVERRIDES"]...
-        [--engines sync,async] [--mixed-graphs off,buckets] [--anchor MODEL:BATCH:PROMPT:GEN |
+        [--engines sync,async] [--mixed-graphs off,buckets,full] [--anchor MODEL:BATCH:PROMPT:GEN |
         none] [--copy-tbps T] [--set KEY=VALUE]... [--deadline-s S] [--out FILE.json] [--small]
 
 (a smoke test on a CPU: --small, the tiny model in the runtime's CPU emulation, both engines and
-both mixed_graphs settings; or --case tiny-online --set mode.device=cpu, through
+every mixed_graphs setting; or --case tiny-online --set mode.device=cpu, through
 `cbsim.runtime.run` as on the GPU, where only sync with mixed_graphs=off runs)
 
 Each case is a list of Hydra overrides (online workloads whose steps carry prompts, and a decode
@@ -45,7 +45,7 @@ from cbsim.trace import schema as S
 from cbsim.trace.hardware import hardware_of, measured_copy_rate, recorded_device
 
 KINDS = ("decode", "mixed", "prefill")
-GRAPHS = ("off", "buckets")
+GRAPHS = ("off", "buckets", "full")
 ONLINE = ("+experiment=online", "mode=runtime", "engine=compare")
 CASES: dict[str, tuple[str, ...]] = {
     # the 8B at 6 requests/s, prompts uniform 102..1946 tokens, lognormal generations (mean 384)

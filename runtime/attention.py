@@ -17,7 +17,9 @@ paged cache, then attends over the cache:
 
 Everything here runs on device tensors only (no host syncs), so a decode-only forward can be
 captured in a CUDA graph. A step with prompt tokens replayed from piecewise graphs
-(runtime/piecewise.py) runs `attend` eagerly between its pieces, over the step's real groups.
+(runtime/piecewise.py) runs `attend` eagerly between its pieces, over the step's real groups;
+one replayed from a full graph (runtime/full_graphs.py) attends inside it, every sequence in one
+varlen kernel over fixed-capacity metadata.
 """
 
 from __future__ import annotations
@@ -75,6 +77,17 @@ class AttnMeta:
     # layer's call goes through ``split`` (where the piece being captured ends)
     out: torch.Tensor | None = None
     split: Callable[..., torch.Tensor] | None = None
+    # a step replayed from one full graph (runtime/full_graphs.py): every sequence of the step
+    # in one kernel over fixed-capacity metadata (runtime/kernels/varlen_attention.py), into
+    # ``out``; the first token row, query and context length, block table of each sequence,
+    # and the tile work list
+    varlen: Callable[..., torch.Tensor] | None = None
+    var_q0: torch.Tensor | None = None  # [S]
+    var_qlen: torch.Tensor | None = None  # [S]
+    var_ctx: torch.Tensor | None = None  # [S]
+    var_bt: torch.Tensor | None = None  # [S, W]
+    var_tile_seq: torch.Tensor | None = None  # [P]
+    var_tile_q: torch.Tensor | None = None  # [P]
     _derived: dict = field(default_factory=dict)
 
     def derive(self) -> None:
@@ -189,6 +202,13 @@ def attend(
     meta.cache.write(layer, key[0].transpose(0, 1), value[0].transpose(0, 1), meta.slot_mapping)
     if meta.all_decode:
         return _decode(q, layer, meta, scale).unsqueeze(0)
+    if meta.varlen is not None:
+        kc, vc = meta.cache.k[layer], meta.cache.v[layer]
+        meta.varlen(
+            q, kc, vc, meta.out, meta.var_q0, meta.var_qlen, meta.var_ctx, meta.var_bt,
+            meta.var_tile_seq, meta.var_tile_q, scale,
+        )  # fmt: skip
+        return meta.out[: q.shape[0]].unsqueeze(0)
     t, hq, dim = q.shape
     out = q.new_empty(t + 1, hq, dim) if meta.out is None else meta.out[: t + 1]
     if meta.dec_tok is not None:

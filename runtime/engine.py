@@ -314,8 +314,9 @@ def other_data(
         # what the build fused (mode.fuse_*; CUDA only): the simulator counts the same kernels
         "fused": runner.fused,
         "graph_buckets": runner.buckets,
-        # engine.mixed_graphs=buckets: the token buckets steps with prompt tokens replay
-        # piecewise at (cbsim.costs.mixed_graphs.token_buckets); [] when they run eagerly
+        # engine.mixed_graphs=buckets or full: the token buckets steps with prompt tokens replay
+        # at, piecewise or whole (cbsim.costs.mixed_graphs.token_buckets); [] when eager
+        "mixed_graphs": config.engine.mixed_graphs,
         "mixed_graph_buckets": runner.mixed.buckets if runner.mixed else [],
         # a graph per launch class of the Triton decode kernel, and the block-table widths
         # (blocks) each bucket's graphs were captured at

@@ -63,7 +63,7 @@ class LoopState:
         self.rec.launched(row, slot_index, t0, t1, perf_counter(), plan)
         self.steps += 1
         self.graph_steps += plan.pieces > 0
-        self.mixed_graph_steps += plan.pieces > 1
+        self.mixed_graph_steps += plan.tokens_bucket is not None
         return plan, done
 
     def wait_and_update(self, plan: StepPlan, done) -> None:

@@ -46,8 +46,8 @@ from .io_slots import IOSlot, Layout, dummy_prefill, make_layout, pack
 
 
 def check_mixed_graphs(config: CbsimConfig, device: torch.device, cpu_emulation: bool) -> None:
-    """engine.mixed_graphs=buckets captures CUDA graphs: on a CPU it runs only in the tests'
-    emulation of the capture and replay."""
+    """engine.mixed_graphs=buckets or full captures CUDA graphs: on a CPU it runs only in the
+    tests' emulation of the capture and replay."""
     mg = config.engine.mixed_graphs
     if mg == "off":
         return
@@ -166,6 +166,11 @@ class MixedGraphs:
         )
         self.dummies = {b: self._dummy(b) for b in self.buckets}
         self.sets: dict[tuple[int, int], PieceSet] = {}
+
+    @property
+    def pieces(self) -> int:
+        """Graphs a step replays (StepPlan.pieces): one more than the layers."""
+        return self.layers + 1
 
     @property
     def out_bytes(self) -> int:

@@ -7,8 +7,9 @@ captured per (slot, bucket, table width); all graphs share one memory pool, so t
 about one. The widths are the decode kernel's launch classes (cbsim.costs.decode_kernel): a step
 replays the narrowest table that holds its longest request, so attention runs as it would over a
 table as wide as that request, not the run's longest.
-Steps with prompt tokens replay piecewise graphs per (slot, token bucket) with
-engine.mixed_graphs=buckets (runtime/piecewise.py: attention eager between the pieces).
+Steps with prompt tokens replay graphs per (slot, token bucket): piecewise with
+engine.mixed_graphs=buckets (runtime/piecewise.py: attention eager between the pieces), one whole
+forward with engine.mixed_graphs=full (runtime/full_graphs.py: attention inside the graph).
 Everything else runs the same body eagerly. The runner issues work on the current stream; the
 engines choose the streams and the events between them.
 """
@@ -30,6 +31,7 @@ from cbsim.costs.mixed_graphs import bucket_of, buckets_of
 
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .device_info import select_blas
+from .full_graphs import FullGraphs
 from .io_slots import (
     SECTIONS,
     IOSlot,
@@ -41,6 +43,7 @@ from .io_slots import (
     slot_capacity,
 )
 from .kernels.sampling import argmax_rows
+from .kernels.varlen_attention import tokens_per_tile
 from .kv_cache import PagedKVCache
 from .model import DTYPES, build_model, model_shape
 from .piecewise import MixedGraphs
@@ -156,6 +159,12 @@ class ModelRunner:
         self.short_max = config.engine.continuation_decode_max
         self.max_decode_rows = max_decode_rows(self.max_outputs, self.max_tokens, self.short_max)
         cap = slot_capacity(max(self.max_tokens, biggest), self.max_decode_rows, self.graph_width)
+        # steps with prompt tokens replayed per token bucket (engine.mixed_graphs)
+        tokens = buckets_of(config) if on else []
+        full = config.engine.mixed_graphs == "full"
+        if tokens and full:
+            block_q = tokens_per_tile(s["num_heads"], s["num_kv_heads"])
+            cap = max(cap, FullGraphs.entries(self, tokens, block_q))
         self.slots = [IOSlot(i, cap, self.max_outputs, device) for i in range(num_slots)]
         self.graph_widths = {
             b: self._launch_classes(b) if config.engine.graph_width_classes else [self.graph_width]
@@ -174,9 +183,8 @@ class ModelRunner:
             "graph_pool_bytes_single_slot": 0,
         }
         self._no_logits = torch.empty(0, dtype=torch.int64, device=device)
-        # steps with prompt tokens replayed piecewise per token bucket (engine.mixed_graphs)
-        tokens = buckets_of(config) if on else []
-        self.mixed = MixedGraphs(self, tokens) if tokens else None
+        kind = FullGraphs if full else MixedGraphs
+        self.mixed = kind(self, tokens) if tokens else None
         self.memory.update(
             mixed_graphs=0,
             mixed_graph_steps=0,
@@ -219,8 +227,7 @@ class ModelRunner:
         if tokens is not None and batch.query_tokens > len(batch):
             flat, layout = mixed.pack(batch, carry, tokens)
             slot.write(flat)
-            pieces = mixed.layers + 1
-            return StepPlan(batch, slot, layout, None, flat.size, None, tokens, pieces)
+            return StepPlan(batch, slot, layout, None, flat.size, None, tokens, mixed.pieces)
         flat, layout = pack(
             batch,
             self.cache.scratch_block,
@@ -288,7 +295,7 @@ class ModelRunner:
             pre_qmax=layout.pre_qmax,
             ext_qmax=layout.ext_qmax,
             decode_kernel=self.decode_kernel,
-            **{name: v[name] for name in META_SECTIONS},
+            **{name: v.get(name) for name in META_SECTIONS},
             **extra,
         )
         meta.derive()

@@ -97,12 +97,28 @@ def recorded(path: str):
     return Recorded(path=p, trace=read_trace(str(p)), root=RECORDINGS)
 
 
+# The interpreter turns a loaded scalar (a one-element array) into a loop bound with int(),
+# which numpy >= 2.4 refuses for arrays of one dimension; the shim takes the element instead.
+INTERPRETER_SHIM = """
+import triton.runtime.interpreter as _interp
+_patch_tensor = _interp._patch_lang_tensor
+def _scalar_index(tensor, scope):
+    _patch_tensor(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+_interp._patch_lang_tensor = _scalar_index
+"""
+
+
 def run_in_triton_interpreter(script: str) -> None:
     """``script`` in a fresh interpreter with TRITON_INTERPRET=1 (Triton kernels on the CPU);
     it prints ``ok`` when its checks pass."""
     env = dict(os.environ, TRITON_INTERPRET="1")
     res = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", INTERPRETER_SHIM + script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
 

@@ -1,5 +1,5 @@
 """benchmarks/bench_step_kinds.py's plumbing on a CPU (--small): the runtime's CPU emulation
-gives rows per step kind for both engines and both mixed_graphs settings, and a config the
+gives rows per step kind for both engines and every mixed_graphs setting, and a config the
 runtime refuses is a row with its message, not a traceback."""
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def test_rows_per_step_kind_and_a_refusal(tmp_path):
     assert "Traceback" not in done.stderr
     rows = json.loads(out.read_text())["rows"]
     refused = [r for r in rows if r["case"] == "bad"]
-    assert len(refused) == 4 and all("workload.batch_size" in r["refused"] for r in refused)
+    assert len(refused) == 6 and all("workload.batch_size" in r["refused"] for r in refused)
     for engine in ("sync", "async"):
-        for graphs in ("off", "buckets"):
+        for graphs in ("off", "buckets", "full"):
             got = {
                 r["kind"]: r
                 for r in rows
@@ -38,7 +38,7 @@ def test_rows_per_step_kind_and_a_refusal(tmp_path):
             assert "decode" in got and {"mixed", "prefill"} & set(got), (engine, graphs, got)
             assert 1 <= got["decode"]["tokens_per_step"] <= 4  # one token per row, batch 4
             prompt = [got[k] for k in ("mixed", "prefill") if k in got]
-            # buckets replays prompt steps from piecewise graphs; off runs them eagerly
-            assert all((p["graphed"] > 0) == (graphs == "buckets") for p in prompt)
+            # buckets and full replay prompt steps from graphs; off runs them eagerly
+            assert all((p["graphed"] > 0) == (graphs != "off") for p in prompt)
             assert all(r["floor_share"] > 0 and r["launch_ms_mean"] > 0 for r in got.values())
     assert "tok/step" in done.stdout and "refused: workload.batch_size" in done.stdout

@@ -196,3 +196,32 @@ def test_mixed_graphs_replay_the_eager_tokens(config_factory, case):
         fwd = fwd[fwd.lane == S.COMPUTE]
         prompt = fwd.query_tokens > fwd.requests
         assert (fwd.pieces[prompt] == layers + 1).all()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_full_mixed_graphs_replay_the_eager_tokens(config_factory, case):
+    """engine.mixed_graphs=full on CUDA (runtime/full_graphs.py): one graph per (slot, bucket)
+    on the shared pool, attention inside it (the varlen Triton kernel), replayed over each
+    step's metadata: sync == async == the switch off == generate; a step is one graph."""
+    over = GPU + CASES[case] + ["mode.attention=triton", "engine.graph_batch_sizes=[1,2,4]"]
+    over += ["engine.eager_token_multiple=8"]
+    on = over + ["engine.mixed_graphs=full"]
+    off = execute(config_factory(over + ["engine=sync"]), "sync")
+    sync = execute(config_factory(on + ["engine=sync"]), "sync")
+    asyn = execute(config_factory(on + ["engine=async"]), "async")
+    assert_same_tokens(sync, off.outputs)
+    assert_same_tokens(asyn, off.outputs)
+    assert_same_tokens(sync, reference_tokens(config_factory(over), device="cuda"))
+    for res, slots in ((sync, 1), (asyn, 2)):
+        od = res.trace.other_data
+        mem = od["memory"]
+        print(f"{case} {od['engine']}: {mem}")
+        assert (
+            mem["mixed_graph_steps"]
+            == mem["mixed_graphs"]
+            == slots * len(od["mixed_graph_buckets"])
+        )
+        assert res.summary["mixed_graph_steps"] > 0
+        fwd = validate(res.trace.to_json_obj()).span_frame({"pieces": 0})
+        fwd = fwd[fwd.lane == S.COMPUTE]
+        assert (fwd.name == S.GRAPH_REPLAY).all() and (fwd.pieces == 0).all()

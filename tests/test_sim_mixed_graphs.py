@@ -1,5 +1,6 @@
-"""engine.mixed_graphs: steps with prompt tokens replayed from piecewise graphs per token bucket
-(cbsim/costs/mixed_graphs.py); the runtime's side is tests/test_runtime_mixed_graphs.py."""
+"""engine.mixed_graphs: steps with prompt tokens replayed from graphs per token bucket, piecewise or
+whole (cbsim/costs/mixed_graphs.py); the runtime's side is tests/test_runtime_mixed_graphs.py and
+tests/test_runtime_full_graphs.py."""
 
 from __future__ import annotations
 
@@ -96,6 +97,30 @@ def test_the_gpu_forward_of_a_bucketed_step_is_at_least_its_unpadded_one():
     assert padded.pieces == costs.layers + 1 and eager.kernels == padded.kernels
 
 
+def test_a_full_step_launches_one_graph_with_its_attention_inside():
+    """engine.mixed_graphs=full: a step with prompt tokens launches as a decode step does (one
+    graph), and its GPU forward is the piecewise one's without the eager attention's gaps."""
+    pieces, full = config("buckets"), config("full")
+    host = full.hardware.host
+    l_pieces, l_full = launches(pieces), launches(full)
+    rest = l_full["decode"][0] - host.graph_launch_us
+    for kind in ("prefill", "mixed"):
+        assert l_full[kind] == pytest.approx([rest + host.graph_launch_us] * len(l_full[kind]))
+        assert max(l_full[kind]) < min(l_pieces[kind])
+    step = Shape([700, 1, 1], [700, 90, 40], kind="mixed")
+    on = [
+        CostModel(config(mg, max_batch_tokens=2048)).forward(
+            step, graph=True, carry_over=False, padded_tokens=768
+        )
+        for mg in ("buckets", "full")
+    ]
+    assert on[1].pieces == 1 and on[1].eager_kernels == 0 < on[0].eager_kernels
+    assert on[1].linear_us == on[0].linear_us and on[1].attention_us == on[0].attention_us
+    gpu = full.hardware.gpu
+    saved = (gpu.eager_kernel_gap_us - gpu.graph_node_gap_us) * on[0].eager_kernels
+    assert on[0].overhead_us - on[1].overhead_us == pytest.approx(saved * gpu.spread.forward_scale)
+
+
 def test_decode_steps_and_decode_only_workloads_are_unchanged_by_the_switch():
     # one-token prompts: every step replays a decode graph
     a = compute_metrics(run(config("off", prompt_len=1), "sync"))
@@ -120,8 +145,8 @@ def test_the_runtime_refuses_mixed_graphs_in_one_line_naming_the_key():
 
 
 def test_a_bad_mixed_graphs_value_names_the_key_and_what_is_allowed():
-    with pytest.raises(ConfigError, match=r"engine\.mixed_graphs.*off.*buckets"):
-        EngineConfig(mixed_graphs="full")
+    with pytest.raises(ConfigError, match=r"engine\.mixed_graphs.*off.*buckets.*full"):
+        EngineConfig(mixed_graphs="pieces")
     with pytest.raises(ConfigError, match=r"engine\.mixed_graphs"):
         make_config(["engine.mixed_graphs=on"])
 

@@ -211,8 +211,9 @@ class EngineConfig:
     # how the Triton decode kernel launches over a table of a given width (both back ends)
     decode_launch: DecodeLaunchConfig = field(default_factory=lambda: DecodeLaunchConfig())
     # "buckets": prompt steps replayed from piecewise graphs over token-count buckets, attention
-    # eager between the pieces (costs/mixed_graphs.py, runtime/piecewise.py); "off": prompt
-    # steps launched eagerly, the what-if both back ends model
+    # eager between the pieces (costs/mixed_graphs.py, runtime/piecewise.py); "full": one graph
+    # per bucket, attention inside it (runtime/full_graphs.py); "off": prompt steps launched
+    # eagerly, the what-if both back ends model
     mixed_graphs: str = "off"
 
     def __post_init__(self) -> None:
@@ -221,7 +222,7 @@ class EngineConfig:
         check_range("engine.io_slots", self.io_slots, 1, 2)
         check_range("engine.eager_token_multiple", self.eager_token_multiple, 1, 1024)
         check_range("engine.continuation_decode_max", self.continuation_decode_max, 0, 8192)
-        check_choice("engine.mixed_graphs", self.mixed_graphs, ("off", "buckets"))
+        check_choice("engine.mixed_graphs", self.mixed_graphs, ("off", "buckets", "full"))
         if self.name in ("async", "compare") and not self.carry_over:
             raise ConfigError(
                 f"engine.carry_over=false is impossible with engine.name={self.name} (batch N+1 is "

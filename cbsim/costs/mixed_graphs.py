@@ -1,21 +1,15 @@
-"""Steps with prompt tokens replayed from piecewise CUDA graphs (engine.mixed_graphs=buckets).
+"""Steps with prompt tokens replayed from CUDA graphs over token buckets (engine.mixed_graphs).
 
-The runtime implements it (runtime/piecewise.py: the same buckets, pieces and eager attention),
-on CUDA and in the tests' CPU emulation; tests/test_runtime_gpu.py checks on a GPU that its
-replay gives the eager steps' tokens.
+The runtime implements both kinds (runtime/piecewise.py, runtime/full_graphs.py: the same
+buckets), on CUDA and in the tests' CPU emulation; tests/test_runtime_gpu.py checks on a GPU that
+their replay gives the eager steps' tokens.
 
-What is modelled is the piecewise replay that serving engines run for prefill and mixed steps
-(vLLM's default ``cudagraph_mode`` FULL_AND_PIECEWISE: full graphs for uniform decode batches,
-piecewise ones for the rest; SGLang's piecewise CUDA graph runner; TensorRT-LLM's piecewise
-graphs): the forward is split at attention, each piece between two attentions (o_proj,
-residual, norms, the MLP, the next layer's q/k/v and RoPE) is a graph captured per token-count
-bucket, and attention runs eagerly between the pieces over the step's real rows, since a
-prompt's attention depends on how its tokens split into requests, which a graph cannot fix.
-The other reading (attention captured too, over a padded block table, vLLM's FULL mode on
-backends that allow it) is not the engines' default and would charge the padded table's
-attention to every step.
-
-So a graphed step (CostModel.forward with ``padded_tokens``, sim/launch.py):
+``buckets``: the piecewise replay that serving engines run for prefill and mixed steps (vLLM's
+default ``cudagraph_mode`` FULL_AND_PIECEWISE, SGLang's piecewise CUDA graph runner,
+TensorRT-LLM's piecewise graphs): the forward is split at attention, each piece between two
+attentions (o_proj, residual, norms, the MLP, the next layer's q/k/v and RoPE) is a graph captured
+per token-count bucket, and attention runs eagerly between the pieces over the step's real rows.
+A graphed step (CostModel.forward with ``padded_tokens``, sim/launch.py):
 - the host launches ``layers + 1`` pieces (hardware.host.graph_launch_us each, the first
   replay of each (slot, bucket) graph_first_replay_us_per_kernel per node) and, eagerly at
   kernel_launch_us each, the attention kernels of the step's groups (kernel_count.py's per-group
@@ -25,6 +19,12 @@ So a graphed step (CostModel.forward with ``padded_tokens``, sim/launch.py):
   attention kernels over the real rows with eager_kernel_gap_us; its GEMMs on mode.blas (the
   library the runtime's eager steps use, fixed at capture), not mode.graph_blas;
 - the carry-over scatter is captured in the first piece, as in a decode graph.
+
+``full``: the whole forward is one graph per bucket, attention included: one varlen kernel over
+the step's sequences as fixed-capacity metadata (vLLM's FULL mode with a backend that takes mixed
+batches), reading only live rows and live KV. The host launches one graph, as for a decode step;
+the GPU runs every kernel with the node gap. Its attention is priced by the kernel tables of the
+eager groups (decode rows, prompt starts, continuations), the kernels a profile measures.
 
 Buckets are derived, not configured: ``eager_token_multiple`` times 1, 2, 3, 4, 6, 8, 12, ...
 (two per octave, the ladder of engine.graph_batch_sizes), up to the first that holds
@@ -43,7 +43,7 @@ from cbsim.costs.kernel_count import step_kernels
 
 def buckets_of(config) -> list[int]:
     """The run's token buckets; [] when steps with prompt tokens run eagerly."""
-    if config.engine.mixed_graphs != "buckets":
+    if config.engine.mixed_graphs == "off":
         return []
     return token_buckets(config.engine.eager_token_multiple, config.workload.max_batch_tokens)
 

@@ -12,8 +12,8 @@ achieved FLOP/s, bytes / achieved bandwidth), achieved = peak x that kind's effi
   x min(longest decode context, the split-K partition of ``engine.decode_launch``);
 - ``forward_fixed_us``, one gap per kernel (eager or graph node; ``step_kernels`` counts them by
   the step's attention groups), ``carry_over_us``; ``idle_slowdown`` x the stream's idle before.
-  A piecewise replay of a step with prompt tokens (``padded_tokens``, mixed_graphs.py): the
-  linear layers over its token bucket, attention over its real rows, eager gaps for attention.
+  A replay of a step with prompt tokens (``padded_tokens``, mixed_graphs.py): the linear layers
+  over its token bucket, attention over its real rows; piecewise, eager gaps for attention.
 
 With ``hardware.kernel_table`` the GEMMs, elementwise kernels, decode attention (its
 ``attention_tile_share`` per whole KV tile) and prompt starts, and the copies are measured times
@@ -89,7 +89,8 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
         self.d2h_bw = hw.d2h_bandwidth * 1e-6
         self.graph_sizes = sorted(config.engine.graph_batch_sizes)
         self.token_multiple = config.engine.eager_token_multiple
-        self.token_buckets = buckets_of(config)  # [] unless engine.mixed_graphs=buckets
+        self.token_buckets = buckets_of(config)  # [] with engine.mixed_graphs=off
+        self.piecewise = config.engine.mixed_graphs == "buckets"
         self.short_max = config.engine.continuation_decode_max
         self.model, self.workload = m, w
         self.gemm_row_us = g.gemm_row_us
@@ -148,7 +149,7 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
     ) -> ForwardCost:
         """One forward pass over a scheduler Batch (``query_lens``, ``context_lens``,
         ``query_tokens``, ``kv_tokens``, ``num_samples``, ``kind``); ``padded_tokens``: a
-        piecewise replay over that token bucket (mixed_graphs.py)."""
+        replay over that token bucket, piecewise or one full graph (mixed_graphs.py)."""
         q_tokens, sampled = batch.query_tokens, batch.num_samples
         graph_blas = graph and not padded_tokens  # pieces keep the eager steps' library
         decode = batch.kind == "decode"  # one query token per request: closed forms below
@@ -179,7 +180,7 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
             linear, lm_head, attention = linear * s, lm_head * s, attention * s
             attention += 0.0 if decode else self.continuation_attention_us(batch)
         cost = self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
-        if padded_tokens:  # its pieces, and attention launched between them
+        if padded_tokens and self.piecewise:  # its pieces, and attention launched between them
             piecewise(cost, self.gpu, self.layers, self.groups(batch))
         if self.gpu.clock.throttles:
             gemm, head = (
