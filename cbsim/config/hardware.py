@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cbsim.config.errors import ConfigError, check_choice, check_positive, check_range
 from cbsim.config.gpu_clock import GpuClock as GpuClock
+from cbsim.config.host_level import HostLevel as HostLevel
 from cbsim.config.host_regimes import HostRegimes as HostRegimes
 from cbsim.config.model_error import ModelError as ModelError
 from cbsim.config.phase_cost import PhaseCost as PhaseCost
@@ -144,6 +145,8 @@ class HostCosts:
     spread: HostSpread = field(default_factory=HostSpread)
     # the host's two speed levels over time; the costs above are the fast level
     regimes: HostRegimes = field(default_factory=HostRegimes)
+    # which host the costs hold on and which the prediction is for, by one reading of its speed
+    level: HostLevel = field(default_factory=HostLevel)
 
     def __post_init__(self) -> None:
         for phase in ("schedule", "prepare", "update"):

@@ -7,7 +7,8 @@ phase at the expected factor, a constant: the point prediction. A band's draw
 two-state continuous-time Markov process instead: exponential dwell times of the two means,
 starting from the stationary distribution (the level at t = 0 is slow with the slow share; by
 memorylessness the first dwell is a full one; a band's draws stratified over that level). A
-host phase pays the factor in force when it starts. Times are the simulator's, microseconds.
+host phase pays the factor in force when it starts, times the host's level (hardware.host.level:
+the host predicted for over the profile's). Times are the simulator's, microseconds.
 """
 
 from __future__ import annotations
@@ -31,15 +32,22 @@ class HostSpeed:
     """The host-cost factor at each simulated time: constant, or one seeded realization."""
 
     def __init__(
-        self, regimes: HostRegimes, realize: bool = False, seed: int = 0, quantile: float = -1.0
+        self,
+        regimes: HostRegimes,
+        realize: bool = False,
+        seed: int = 0,
+        quantile: float = -1.0,
+        level: float = 1.0,
     ) -> None:
         """``quantile`` in [0, 1): where the level at t = 0 falls (slow below the slow share;
-        a band stratifies its draws over it); -1: drawn from the seed."""
+        a band stratifies its draws over it); -1: drawn from the seed. ``level``: the host
+        predicted for over the profile's (hardware.host.level), on every factor."""
         self.constant = not (realize and regimes.switching)
-        self.factor = regimes.expected_factor  # a plain run's, for every phase
+        self.level = level
+        self.factor = regimes.expected_factor * level  # a plain run's, for every phase
         if self.constant:
             return
-        self._slow_factor = regimes.slow_factor
+        self._slow_factor = regimes.slow_factor * level
         self._dwell_us = (regimes.fast_dwell_s * 1e6, regimes.slow_dwell_s * 1e6)
         self._rng = np.random.default_rng((seed, SEED_SALT))
         u = self._rng.random()
@@ -51,7 +59,13 @@ class HostSpeed:
     def of(cls, host: HostCosts) -> HostSpeed:
         """A run's host speed: a band's draw realizes the regimes, a plain run takes the mean."""
         sp = host.spread
-        return cls(host.regimes, realize=sp.jitter, seed=sp.seed, quantile=sp.level_quantile)
+        return cls(
+            host.regimes,
+            realize=sp.jitter,
+            seed=sp.seed,
+            quantile=sp.level_quantile,
+            level=host.level.factor,
+        )
 
     def _extend(self, t_us: float) -> None:
         """Draw stays until one ends after ``t_us``; past a long idle gap, one or two stays:
@@ -88,7 +102,7 @@ class HostSpeed:
         if self.constant:
             return self.factor
         slow = self._slow0 ^ (self._stay(t_us) % 2 == 1)
-        return self._slow_factor if slow else 1.0
+        return self._slow_factor if slow else self.level
 
     def next_switch(self, t_us: float) -> float:
         """When the level in force at ``t_us`` ends (inf: it never does)."""

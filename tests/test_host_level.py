@@ -1,0 +1,71 @@
+"""The host a prediction is for (hardware.host.level): a reading of the host's speed against the
+one the profile's costs hold at scales every host cost, the validation predicts each recording
+for the host it read at its start, and the profile commands write the reading they hold at."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from sim_harness import make
+
+from cbsim.api import compose
+from cbsim.bands import host_times_scaled
+from cbsim.config import ConfigError
+from cbsim.config.hardware import HostLevel
+from cbsim.metrics import compute_metrics
+from cbsim.sim.engine import run
+
+
+def at_level(cfg, python_us: float, machine_python_us: float):
+    hw = cfg.hardware
+    level = HostLevel(python_us=python_us, machine_python_us=machine_python_us)
+    host = dataclasses.replace(hw.host, level=level)
+    return dataclasses.replace(cfg, hardware=dataclasses.replace(hw, host=host))
+
+
+def host_ms(metrics: dict) -> float:
+    """Host ms per step in the phases the host works in (not its waits)."""
+    return sum(v for k, v in metrics["host_ms_per_step"].items() if k != "wait")
+
+
+def test_a_host_read_twice_as_slow_is_every_host_cost_doubled():
+    """Within float round-off of host_times_scaled(host, 2): the level is one factor on every
+    host cost the simulator charges, its two speed levels included; the same reading as the
+    profile's is the plain run."""
+    hw = compose("hardware=h100_80gb_hbm3").hardware
+    cfg = dataclasses.replace(
+        make("llama3_1b", batch_size=8, prompt_len=64, gen_len=300), hardware=hw
+    )
+    doubled = dataclasses.replace(
+        cfg, hardware=dataclasses.replace(hw, host=host_times_scaled(hw.host, 2))
+    )
+    for engine in ("sync", "async"):
+        got = compute_metrics(run(at_level(cfg, 1500.0, 3000.0), engine))
+        want = compute_metrics(run(doubled, engine))
+        same = compute_metrics(run(at_level(cfg, 1500.0, 1500.0), engine))
+        plain = compute_metrics(run(cfg, engine))
+        for key in ("total_time_s", "gpu_idle_fraction"):
+            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), (engine, key)
+            assert same[key] == pytest.approx(plain[key], rel=1e-12, abs=1e-15), (engine, key)
+        assert host_ms(got) == pytest.approx(2 * host_ms(plain), rel=0.02), engine
+        assert got["total_time_s"] > plain["total_time_s"]
+
+
+def test_either_reading_unknown_leaves_the_host_as_profiled():
+    assert HostLevel().factor == 1.0
+    assert HostLevel(python_us=1460.0).factor == 1.0
+    assert HostLevel(python_us=1460.0, machine_python_us=2920.0).factor == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"python_us": -1.0}, r"hardware\.host\.level\.python_us=-1\.0 is out of range"),
+        ({"python_us": float("nan")}, r"hardware\.host\.level\.python_us=nan"),
+        ({"machine_python_us": 2900.0}, r"machine_python_us is set but the profile has no"),
+    ],
+)
+def test_a_bad_reading_names_its_key(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        HostLevel(**kwargs)
