@@ -7,14 +7,19 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import REPO, make_config, recorded, run_cli
 from sim_harness import make
 
 from cbsim.api import compose
 from cbsim.bands import host_times_scaled
+from cbsim.calibration.calibrate import recorded_host_level
+from cbsim.calibration.result import Calibration
 from cbsim.config import ConfigError
 from cbsim.config.hardware import HostLevel
 from cbsim.metrics import compute_metrics
 from cbsim.sim.engine import run
+
+HELD_OUT = "h100/heldout"
 
 
 def at_level(cfg, python_us: float, machine_python_us: float):
@@ -69,3 +74,37 @@ def test_either_reading_unknown_leaves_the_host_as_profiled():
 def test_a_bad_reading_names_its_key(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         HostLevel(**kwargs)
+
+
+def test_the_level_is_set_from_the_command_line_and_refused_in_one_line():
+    cfg = make_config(["hardware=h100_80gb_hbm3", "hardware.host.level.machine_python_us=2920"])
+    assert cfg.hardware.host.level.factor == pytest.approx(2920 / cfg.hardware.host.level.python_us)
+    bad = run_cli(["hardware.host.level.machine_python_us=2900"], cwd=REPO, timeout=120)
+    assert bad.returncode != 0
+    assert "hardware.host.level.machine_python_us is set but" in bad.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in bad.stderr
+
+
+def test_the_one_commands_h100_profile_says_which_host_its_costs_hold_on():
+    hw = compose("hardware=h100_80gb_hbm3").hardware
+    assert 1400 < hw.host.level.python_us < 1500  # its fresh runs read 1453-1484 us
+    assert hw.host.level.machine_python_us == 0.0
+    assert hw.provenance["host.level.python_us"].startswith("measured: the median start-of-run")
+
+
+def test_calibrate_writes_the_median_reading_of_its_traces():
+    base = compose("hardware=h100_80gb_hbm3").hardware
+    with_reading = [
+        recorded(f"{HELD_OUT}/{rep}/8b_1x128+512/trace_sync.json.gz") for rep in ("r2", "r3", "r4")
+    ]
+    cal = Calibration(dataclasses.replace(base, host=dataclasses.replace(base.host)))
+    recorded_host_level(with_reading, cal, base.name)
+    assert cal.hardware.host.level == HostLevel(python_us=1437.0)  # 1393.6, 1437.0, 2945.6
+    assert cal.provenance["host.level.python_us"].startswith("measured: the median")
+    # one trace without a reading: the fitted costs' host is not known by it
+    cal = Calibration(dataclasses.replace(base, host=dataclasses.replace(base.host)))
+    recorded_host_level(
+        [*with_reading, recorded(f"{HELD_OUT}/r1/8b_1x128+512/trace_sync.json.gz")], cal, base.name
+    )
+    assert cal.hardware.host.level == HostLevel()
+    assert cal.provenance["host.level.python_us"].startswith("from hardware=h100_80gb_hbm3")

@@ -21,7 +21,9 @@ own ``CostModel``, so plugging the profile back in reproduces what was fitted:
 - the uneven share (uneven.py, with ``FitOptions.uneven``): how far a one-wave decode launch
   moves toward its longest request, measured over the async runs with the fitted forward;
 - the loop's cold start (loop_start.py): the recorded head of each run (its time zero to its
-  first GPU span) over the simulated one.
+  first GPU span) over the simulated one;
+- the host's reading (``host.level.python_us``): the median of the traces' start-of-run
+  readings, the host the fitted costs hold on.
 
 A term the traces cannot tell apart from others (collinear, or too small to see) keeps the base
 profile's value and the table says "kept".
@@ -30,6 +32,7 @@ profile's value and the table says "kept".
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 from cbsim.calibration.forward import fit_forward
 from cbsim.calibration.host import fit_copies, fit_wait_launch
@@ -42,6 +45,7 @@ from cbsim.calibration.regimes import HostLevels, fit_host_levels
 from cbsim.calibration.result import Calibration, Row
 from cbsim.calibration.spread import fit_spread
 from cbsim.calibration.uneven import fit_uneven_share
+from cbsim.config.hardware import HostLevel
 from cbsim.config.schema import HardwareConfig
 
 __all__ = ["Calibration", "FitOptions", "Row", "calibrate"]
@@ -61,6 +65,7 @@ def calibrate(
     if name:
         hw.name = name
     cal = Calibration(hw, traces=[label(r.path, r.root) for r in recs])
+    recorded_host_level(recs, cal, base.name)
     # a profiler import (its run config the command line's): its kernel counts and gaps first,
     # which the forward fit keeps; its host waits are not the runtime's (not fitted)
     imports = [r for r in recs if r.imported]
@@ -85,3 +90,23 @@ def calibrate(
     for _, fit in progress(stages, len(stages), "calibrating", options.progress):
         fit()
     return cal
+
+
+def recorded_host_level(recs: list[Recorded], cal: Calibration, base_name: str) -> None:
+    """``host.level``: the host the costs are fitted on, by the median of the runs' readings at
+    start (python_us 0 when a run has none: then the host is not known by it), and no other
+    host predicted for, so every fit simulates the runs' own host."""
+    runs = [r for r in recs if not r.imported]
+    readings = [r.host_python_us for r in runs]
+    known = [x for x in readings if x is not None]
+    value = round(statistics.median(known), 1) if known and len(known) == len(readings) else 0.0
+    before = cal.hardware.host.level.python_us
+    cal.hardware.host.level = HostLevel(python_us=value)
+    if value:
+        cal.provenance["host.level.python_us"] = (
+            f"measured: the median start-of-run host_python_us of {len(runs)} trace(s)"
+        )
+    elif before:
+        cal.provenance["host.level.python_us"] = (
+            f"from hardware={base_name}: not carried (0), as the traces carry no host reading"
+        )

@@ -28,6 +28,7 @@ from cbsim.config.schema import BLAS_LIBRARIES, DecodeLaunchConfig
 from cbsim.costs.decode_kernel import RULE_BEFORE
 from cbsim.trace import Trace, TraceError, read_trace
 from cbsim.trace import schema as S
+from cbsim.trace.hardware import hardware_of
 from cbsim.trace.merge import is_merged
 
 # where recorded runs live unless extra.recordings says otherwise (relative to the working
@@ -169,6 +170,13 @@ class Recorded:
     @property
     def engine(self) -> str:
         return self.trace.engine or self.config.engine.name
+
+    @property
+    def host_python_us(self) -> float | None:
+        """The host's speed as the runtime read it at the run's start (otherData.hardware,
+        cbsim/host.py), None where the trace has no reading (a simulation, older builds)."""
+        value = hardware_of(self.trace.other_data).get("host_python_us")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
     @cached_property
     def config(self) -> CbsimConfig:

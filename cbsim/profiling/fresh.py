@@ -106,6 +106,8 @@ class FreshLevel:
     host: float
     between_calls: float
     forward: float = 1.0
+    # the median of the runs' host readings at start (cbsim/host.py; 0: none recorded)
+    python_us: float = 0.0
 
 
 def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
@@ -116,7 +118,7 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     by_run: dict[str, dict[str, Any]] = {}
     for r in runtime_traces(load(paths, out / FRESH_DIR)):
         by_run.setdefault(Path(r.name).parts[0], {})[r.engine] = r
-    machines = {}
+    machines, readings = {}, {}
     for run, engines in sorted(by_run.items()):
         sync = engines.get("sync")
         if sync is None:
@@ -132,13 +134,16 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
         machine = CallMachine(forward, host=host)
         if FACTOR_RANGE[0] <= machine.host <= FACTOR_RANGE[1]:
             machines[run] = machine
+            readings[run] = sync.host_python_us
     if not machines:
         return None
     logs = [math.log(m.host) for m in machines.values()]
     spread = statistics.stdev(logs) if len(logs) > 1 else 0.0
     host = statistics.median(m.host for m in machines.values())
     forward = statistics.median(m.forward for m in machines.values())
-    return FreshLevel(machines, host, spread, forward)
+    known = [x for x in readings.values() if x is not None]
+    python_us = round(statistics.median(known), 1) if len(known) == len(machines) else 0.0
+    return FreshLevel(machines, host, spread, forward, python_us)
 
 
 def phase_factor(rec, hw: HardwareConfig) -> float:
@@ -154,10 +159,11 @@ def phase_factor(rec, hw: HardwareConfig) -> float:
 
 
 def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:
-    """``hw`` with every host cost times the fresh runs' median factor, every forward times
-    their median forward factor (separate processes' forwards ran 3-6% slower than one
-    process's probes: the H100's and the H200's recorded reference runs), and their spread as
-    ``host.spread.between_calls``; provenance says so."""
+    """``hw`` with every host cost times the fresh runs' median factor and their median host
+    reading as the one the costs hold at, every forward times their median forward factor
+    (separate processes' forwards ran 3-6% slower than one process's probes: the H100's and
+    the H200's recorded reference runs), and their spread as ``host.spread.between_calls``;
+    provenance says so."""
     host = host_times_scaled(hw.host, level.host)
     n = len(level.machines)
     scale = round(hw.gpu.spread.forward_scale * level.forward, 4)
@@ -168,8 +174,17 @@ def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> 
     )
     note = f"x{level.host:.3f}, the median host factor of {n} fresh runs ({FRESH_DIR}/)"
     for key in prov:
-        if key.startswith("host.") and not key.startswith("host.spread."):
+        if key.startswith("host.") and not key.startswith(("host.spread.", "host.level.")):
             prov[key] = f"{prov[key]}; times {note}"
+    host = dataclasses.replace(
+        host, level=dataclasses.replace(host.level, python_us=level.python_us)
+    )
+    prov["host.level.python_us"] = (
+        f"measured: the median start-of-run host_python_us of {n} fresh runs ({FRESH_DIR}/), "
+        "the host the costs now hold on"
+        if level.python_us
+        else f"kept at 0 (not known): the {n} fresh runs carry no host reading"
+    )
     if n > 1:
         spread = dataclasses.replace(host.spread, between_calls=round(level.between_calls, 4))
         host = dataclasses.replace(host, spread=spread)
@@ -185,6 +200,7 @@ def level_summary(level: FreshLevel) -> dict[str, Any]:
         "host_factor": round(level.host, 4),
         "forward_factor": round(level.forward, 4),
         "between_calls": round(level.between_calls, 4),
+        "python_us": level.python_us,
         "runs": {
             run: {"host": round(m.host, 4), "forward": round(m.forward, 4)}
             for run, m in level.machines.items()
