@@ -18,6 +18,7 @@ from cbsim.config import ConfigError
 from cbsim.config.hardware import HostLevel
 from cbsim.metrics import compute_metrics
 from cbsim.sim.engine import run
+from cbsim.validation.host_level import at_recorded_hosts, host_level_choice
 
 HELD_OUT = "h100/heldout"
 
@@ -90,6 +91,44 @@ def test_the_one_commands_h100_profile_says_which_host_its_costs_hold_on():
     assert 1400 < hw.host.level.python_us < 1500  # its fresh runs read 1453-1484 us
     assert hw.host.level.machine_python_us == 0.0
     assert hw.provenance["host.level.python_us"].startswith("measured: the median start-of-run")
+
+
+def test_each_recording_is_predicted_for_the_host_it_read_and_one_process_shares_a_profile():
+    hw = compose("hardware=h100_80gb_hbm3").hardware
+    recs = [
+        recorded(f"{HELD_OUT}/{rep}/8b_1x128+512/trace_{engine}.json.gz")
+        for rep in ("r1", "r4")
+        for engine in ("sync", "async")
+    ]
+    r1_sync, r1_async, r4_sync, r4_async = at_recorded_hosts(recs, hw)
+    assert r1_sync is hw and r1_async is hw  # r1 predates the reading: the profile's host
+    assert r4_sync is r4_async  # one process: one reading, one profile for both engines
+    assert r4_sync.host.level.machine_python_us == recs[2].host_python_us == 2945.6
+    assert r4_sync.host.level.factor == pytest.approx(2945.6 / hw.host.level.python_us)
+    # a profile that does not know its own host, or a host named on the command line, stays
+    unknown = dataclasses.replace(hw, host=dataclasses.replace(hw.host, level=HostLevel()))
+    assert all(h is unknown for h in at_recorded_hosts(recs, unknown))
+    named = dataclasses.replace(
+        hw, host=dataclasses.replace(hw.host, level=HostLevel(1460.0, 2000.0))
+    )
+    assert all(h is named for h in at_recorded_hosts(recs, named))
+    with pytest.raises(ConfigError, match="extra.host_level='probe'; allowed: recorded, profile"):
+        host_level_choice("probe")
+
+
+def test_a_slow_host_read_at_start_predicts_a_larger_async_speedup(tmp_path):
+    """The sync engine waits out its host, the async one hides it: the r4 reading (x2 the
+    profile's) raises the predicted speedup of a host-bound 1B workload over the profile's host."""
+    from conftest import validate_recorded
+
+    trace = f"{HELD_OUT}/r4/1b_128x128+384/trace_*.json.gz"
+    got = {
+        how: validate_recorded(
+            tmp_path / how, trace, "extra.bands=false", f"extra.host_level={how}"
+        )["speedups"][0]["predicted"]
+        for how in ("recorded", "profile")
+    }
+    assert got["recorded"] > got["profile"] + 0.02
 
 
 def test_calibrate_writes_the_median_reading_of_its_traces():

@@ -115,6 +115,7 @@ class RunResult:
             "within_target": self.passed,
             "judged_on": self.judged,
             "call_machine": dataclasses.asdict(self.machine) if self.machine else None,
+            "host_level": self.hardware.host.level.factor if self.hardware else None,
         }
 
 

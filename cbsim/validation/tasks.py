@@ -31,6 +31,7 @@ from cbsim.trace import write_trace
 from cbsim.validation.anchor import DEFAULT_ANCHOR, HOST_MODELS, anchored_results
 from cbsim.validation.banding import attach_bands
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
+from cbsim.validation.host_level import at_recorded_hosts, host_level_choice, host_level_line
 from cbsim.validation.host_phases import host_phase_lines, host_phase_summary
 from cbsim.validation.judge import check_lines, judge, judged_table
 from cbsim.validation.model_error import MODEL_ERRORS, held_out_model_error
@@ -77,6 +78,8 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "same_call": "fit on runs of the held-out run's device call only (one host's speed)",
         "fit_on": "holdout=fit_on: the calibration set (paths or globs)",
         "jobs": "worker processes for the fits (0: one per CPU)",
+        "host_level": "holdout=profile: recorded (each run predicted for the host it read at "
+        "start, hardware.host.level) or profile (the profile's own host)",
         "bands": "draw P5-P95 bands from the profile's host-speed spread and say whether each "
         "recording lies inside: true, false, or auto (when a run is predicted from other calls)",
         "report": "write validation.html",
@@ -253,9 +256,15 @@ def held_out_results(
             r.held_out_by = "fit_on" if r.held_out else ""
             r.across_calls = r.rec.call not in {f.call for f in fit_recs}
         return results
-    source = config.hardware.source
+    source, hw = config.hardware.source, config.hardware
+    hosts = [hw] * len(recs)
+    if host_level_choice(extra.get("host_level", "recorded")) == "recorded":
+        hosts = at_recorded_hosts(recs, hw)
+        line = host_level_line(hosts, hw)
+        if line:
+            log.info(line)
     results = [
-        validate_run(r, config.hardware, label(r.path, r.root) not in source, []) for r in recs
+        validate_run(r, h, label(r.path, r.root) not in source, []) for r, h in zip(recs, hosts)
     ]
     for r in results:
         r.held_out_by = "profile" if r.held_out else ""
