@@ -136,3 +136,12 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Comp
 @pytest.fixture
 def config_factory():
     return make_config
+
+
+# Tests that take a minute or more on two cores: started first, so that the two workers of
+# `pytest -n 2` finish together rather than one running the last long test alone.
+LONGEST_FIRST = ("test_validate_by_default_judges_the_newest_profile",)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    items.sort(key=lambda item: not any(name in item.nodeid for name in LONGEST_FIRST))
