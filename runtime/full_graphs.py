@@ -90,7 +90,8 @@ class FullGraphs:
         s = runner.shape
         self.block_q = tokens_per_tile(s["num_heads"], s["num_kv_heads"])
         self.seqs = runner.max_outputs  # a step holds at most a batch of requests
-        self.layouts = {b: self._layout(b) for b in self.buckets}
+        self.tiles = {b: tile_capacity(b, self.seqs, self.block_q) for b in self.buckets}
+        self.layouts = {b: self._layout(runner, b, self.seqs, self.tiles[b]) for b in self.buckets}
         self.out = torch.zeros(
             max(buckets) + 1,
             s["num_heads"],
@@ -115,18 +116,17 @@ class FullGraphs:
 
         return varlen_paged_attention
 
-    def _layout(self, bucket: int) -> Layout:
-        r = self.runner
-        tiles = tile_capacity(bucket, self.seqs, self.block_q)
-        return full_layout(bucket, r.max_outputs, r.carry_len, self.seqs, r.graph_width, tiles)
-
     @staticmethod
-    def entries(runner, buckets: list[int], block_q: int) -> int:
+    def _layout(runner, bucket: int, seqs: int, tiles: int) -> Layout:
+        return full_layout(
+            bucket, runner.max_outputs, runner.carry_len, seqs, runner.graph_width, tiles
+        )
+
+    @classmethod
+    def entries(cls, runner, buckets: list[int], block_q: int) -> int:
         """IO-buffer entries the largest bucket's layout takes (the slots are sized for it)."""
-        b = max(buckets)
-        seqs = runner.max_outputs
-        tiles = tile_capacity(b, seqs, block_q)
-        return 3 * b + 2 * runner.max_outputs + seqs * (3 + runner.graph_width) + 2 * tiles
+        b, seqs = max(buckets), runner.max_outputs
+        return cls._layout(runner, b, seqs, tile_capacity(b, seqs, block_q)).total
 
     @property
     def out_bytes(self) -> int:
@@ -145,8 +145,10 @@ class FullGraphs:
         r, layout = self.runner, self.layouts[bucket]
         scratch = r.cache.scratch_block
         t, n = int(batch.query_tokens), len(batch)
+        if n > self.seqs:
+            raise RuntimeError(f"{n} requests exceed the full graphs' {self.seqs} sequences")
         qlen = _padded(batch.query_lens, self.seqs, 0)
-        tile_seq, tile_q = tile_map(qlen, layout.offsets[-1][2][0], self.block_q)
+        tile_seq, tile_q = tile_map(qlen, self.tiles[bucket], self.block_q)
         carry_arr = np.full(r.carry_len, -1, np.int64)
         if carry is not None and len(carry):
             carry_arr[: len(carry)] = carry
@@ -166,10 +168,7 @@ class FullGraphs:
             "var_tile_q": tile_q,
         }
         flat = np.concatenate([parts[k].reshape(-1) for k in FULL_SECTIONS])
-        out = Layout(layout.offsets, layout.total, bucket, int(batch.num_samples), False, 0)
-        if n > self.seqs:
-            raise RuntimeError(f"{n} requests exceed the full graphs' {self.seqs} sequences")
-        return flat, out
+        return flat, Layout(layout.offsets, layout.total, bucket, int(batch.num_samples), False, 0)
 
     def _dummy(self, bucket: int) -> np.ndarray:
         """A bucket of padding rows and one prompt of at most a block table's tokens that
