@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, compose_cfg, make_config
+from conftest import REPO, compose_cfg, load_config, make_config
 from omegaconf import OmegaConf
 from synthetic_trace import loop_trace
 
@@ -283,3 +283,22 @@ def test_validate_by_default_judges_the_newest_profile_the_command_made_on_its_h
     quiet = ["extra.progress=false", "extra.report=false", "output.print_table=false"]
     cfg = make_config(["+experiment=validate", *quiet])
     assert_judged(run_validation_task(cfg, {}, tmp_path)["judged"], H100_PROFILED_JUDGED)
+
+
+def test_the_bands_do_not_depend_on_how_many_workers_drew_them(tmp_path):
+    """extra.jobs draws the bands in forked workers; the draws are seeded, so one worker and
+    two give the same bands."""
+    from cbsim.validation.tasks import run_validation_task
+
+    heldout = REPO / "experiments" / "recordings" / "h100" / "heldout" / "r2" / "8b_1x128+512"
+    traces = ",".join(str(p) for p in sorted(heldout.glob("trace_*.json.gz")))
+    bands = []
+    for jobs in (1, 2):
+        over = ["+experiment=validate", f"trace=[{traces}]", f"extra.jobs={jobs}"]
+        over += ["extra.report=false", "extra.progress=false", "output.print_table=false"]
+        (tmp_path / str(jobs)).mkdir()
+        out = run_validation_task(load_config(compose_cfg(over)), {}, tmp_path / str(jobs))
+        bands.append([(r["name"], r["band"]) for r in out["runs"]])
+        bands.append([p["band"] for p in out["speedups"]])
+    assert bands[0] == bands[2] and bands[1] == bands[3]
+    assert len(bands[0]) == 2 and all(b for _, b in bands[0]) and bands[1][0] is not None

@@ -9,6 +9,9 @@ error (``hardware.model_error``, cbsim.widening)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from cbsim.bands import band, drawn_profiles
@@ -46,14 +49,41 @@ def attach(result: RunResult, draws: list[dict[str, float]], error: ModelError) 
             result.band[metric] = widen(metric, float(value), *raw, error)
 
 
-def attach_bands(results: list[RunResult], pairs: list[Speedup], show: bool = True) -> None:
+# the runs a forked worker draws from (set before the pool forks, so the traces are shared)
+_RUNS: list[RunResult] = []
+
+
+def _draw(i: int) -> list[dict[str, float]]:
+    return drawn_metrics(_RUNS[i], _RUNS[i].hardware)
+
+
+def all_draws(runs: list[RunResult], jobs: int, show: bool) -> list[list[dict[str, float]]]:
+    """Each run's draws, in ``jobs`` forked worker processes (0: one per CPU; 1: here). The
+    draws are seeded, so the bands do not depend on how many workers drew them."""
+    jobs = min(jobs if jobs > 0 else (os.cpu_count() or 1), len(runs))
+    what = "drawing bands"
+    if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [drawn_metrics(r, r.hardware) for r in progress(runs, len(runs), what, show)]
+    global _RUNS
+    _RUNS = runs
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            return list(progress(pool.map(_draw, range(len(runs))), len(runs), what, show))
+    finally:
+        _RUNS = []
+
+
+def attach_bands(
+    results: list[RunResult], pairs: list[Speedup], show: bool = True, jobs: int = 1
+) -> None:
     """Bands on every run with a profile, and on every pair whose runs share one (the same
     draws for both engines: the speedup of each draw)."""
     runs = [r for r in results if r.hardware is not None]
     draws: dict[int, list[dict[str, Any]]] = {}
-    for r in progress(runs, len(runs), "drawing bands", show):
-        draws[id(r)] = drawn_metrics(r, r.hardware)
-        attach(r, draws[id(r)], r.hardware.model_error)
+    for r, drawn in zip(runs, all_draws(runs, jobs, show)):
+        draws[id(r)] = drawn
+        attach(r, drawn, r.hardware.model_error)
     for p in pairs:
         if p.predicted is None or p.sync.hardware is not p.async_.hardware:
             continue

@@ -77,7 +77,7 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "same_stack": "fit on runs of the held-out run's stack only (one runtime version)",
         "same_call": "fit on runs of the held-out run's device call only (one host's speed)",
         "fit_on": "holdout=fit_on: the calibration set (paths or globs)",
-        "jobs": "worker processes for the fits (0: one per CPU)",
+        "jobs": "worker processes for the fits and the bands' draws (0: one per CPU)",
         "host_level": "holdout=profile: recorded (each run predicted for the host it read at "
         "start, hardware.host.level) or profile (the profile's own host)",
         "bands": "draw P5-P95 bands from the profile's host-speed spread and say whether each "
@@ -308,7 +308,7 @@ def run_validate(
     results = held_out_results(config, recs, holdout, root)
     pairs = speedups(results)
     if wants_bands(extra, holdout, results):
-        attach_bands(results, pairs, bool(extra.get("progress", True)))
+        attach_bands(results, pairs, bool(extra.get("progress", True)), int(extra.get("jobs", 0)))
     out = {
         "task": "validate",
         "holdout": holdout,
