@@ -47,7 +47,7 @@ from .io_slots import IOSlot, Layout, dummy_prefill, make_layout, pack
 
 def check_mixed_graphs(config: CbsimConfig, device: torch.device, cpu_emulation: bool) -> None:
     """engine.mixed_graphs=buckets or full captures CUDA graphs: on a CPU it runs only in the
-    tests' emulation of the capture and replay."""
+    tests' emulation of the capture and replay; full runs attention in the Triton kernels."""
     mg = config.engine.mixed_graphs
     if mg == "off":
         return
@@ -55,6 +55,12 @@ def check_mixed_graphs(config: CbsimConfig, device: torch.device, cpu_emulation:
         raise ConfigError(
             f"engine.mixed_graphs={mg} with mode.device={config.mode.device} runs only in the "
             "tests' CPU emulation (execute(..., cpu_emulation=True)); allowed with mode=runtime: off"
+        )
+    if mg == "full" and device.type == "cuda" and config.mode.attention == "torch":
+        raise ConfigError(
+            "engine.mixed_graphs=full runs attention in a Triton kernel inside the graph, and "
+            "mode.attention=torch asks for none; allowed: mode.attention=triton or auto, or "
+            "engine.mixed_graphs=buckets or off"
         )
 
 

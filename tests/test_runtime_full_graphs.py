@@ -15,9 +15,11 @@ from conftest import assert_nests  # noqa: E402
 from test_runtime_mixed_graphs import cpu_runner, eager_step  # noqa: E402
 from test_runtime_sync import BASE, CASES, assert_same_tokens, reference_tokens  # noqa: E402
 
+from cbsim.config.errors import ConfigError  # noqa: E402
 from cbsim.costs.mixed_graphs import bucket_of, token_buckets  # noqa: E402
 from cbsim.runtime.engine import execute  # noqa: E402
 from cbsim.runtime.full_graphs import FULL_SECTIONS  # noqa: E402
+from cbsim.runtime.piecewise import check_mixed_graphs  # noqa: E402
 from cbsim.trace import schema as S  # noqa: E402
 
 FULL = ["engine.mixed_graphs=full", "engine.graph_batch_sizes=[1,2,4]"]
@@ -118,3 +120,13 @@ def test_a_full_step_is_one_graph_in_both_back_ends(config_factory, engine):
     od = result.trace.other_data
     assert od["mixed_graphs"] == "full"
     assert od["mixed_graph_buckets"] == token_buckets(8, config.workload.max_batch_tokens)
+
+
+def test_full_graphs_without_the_triton_kernels_are_refused_up_front(config_factory):
+    """Before anything is built: full graphs on CUDA need the Triton attention kernels."""
+    over = ["mode=runtime", "mode.device=cuda", "engine.mixed_graphs=full"]
+    config = config_factory([*over, "mode.attention=torch"])
+    with pytest.raises(ConfigError, match=r"^engine\.mixed_graphs=full .*allowed: mode\.attention"):
+        check_mixed_graphs(config, torch.device("cuda"), cpu_emulation=False)
+    check_mixed_graphs(config_factory([*over, "mode.attention=auto"]), torch.device("cuda"), False)
+    check_mixed_graphs(config, torch.device("cpu"), cpu_emulation=True)  # the emulation: torch
