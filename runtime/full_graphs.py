@@ -32,6 +32,7 @@ from .kernels.varlen_attention import (
     tokens_per_tile,
     varlen_attention_reference,
 )
+from .piecewise import attention_out
 
 # the sections of a full-graph step, in buffer order
 FULL_SECTIONS = (
@@ -92,13 +93,7 @@ class FullGraphs:
         self.seqs = runner.max_outputs  # a step holds at most a batch of requests
         self.tiles = {b: tile_capacity(b, self.seqs, self.block_q) for b in self.buckets}
         self.layouts = {b: self._layout(runner, b, self.seqs, self.tiles[b]) for b in self.buckets}
-        self.out = torch.zeros(
-            max(buckets) + 1,
-            s["num_heads"],
-            s["head_dim"],
-            dtype=runner.cache.k[0].dtype,
-            device=runner.device,
-        )
+        self.out = attention_out(runner, max(buckets))
         self.attention = self._kernel(runner)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
 

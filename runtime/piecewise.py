@@ -94,6 +94,15 @@ def pad_logits(flat: np.ndarray, layout: Layout, rows: int) -> tuple[np.ndarray,
     return flat, padded
 
 
+def attention_out(runner, rows: int) -> torch.Tensor:
+    """The buffer a graphed step's attention writes into, outside the graph pool: ``rows``
+    token rows and a dummy row the padded query rows scatter into."""
+    s = runner.shape
+    return torch.zeros(
+        rows + 1, s["num_heads"], s["head_dim"], dtype=runner.cache.k[0].dtype, device=runner.device
+    )
+
+
 @dataclass(frozen=True)
 class AttentionCall:
     """One layer's attention as a capture met it: what the replay runs between two pieces."""
@@ -163,13 +172,7 @@ class MixedGraphs:
         self.num_logits = runner.max_outputs
         s = runner.shape
         self.layers = s["num_layers"]
-        self.out = torch.zeros(
-            max(buckets) + 1,
-            s["num_heads"],
-            s["head_dim"],
-            dtype=runner.cache.k[0].dtype,
-            device=runner.device,
-        )
+        self.out = attention_out(runner, max(buckets))
         self.dummies = {b: self._dummy(b) for b in self.buckets}
         self.sets: dict[tuple[int, int], PieceSet] = {}
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from conftest import assert_nests  # noqa: E402
-from test_runtime_mixed_graphs import cpu_runner, eager_step  # noqa: E402
+from test_runtime_mixed_graphs import cpu_runner, eager_step, one_thread  # noqa: E402, F401
 from test_runtime_sync import BASE, CASES, assert_same_tokens, reference_tokens  # noqa: E402
 
 from cbsim.config.errors import ConfigError  # noqa: E402
@@ -24,14 +24,6 @@ from cbsim.trace import schema as S  # noqa: E402
 
 FULL = ["engine.mixed_graphs=full", "engine.graph_batch_sizes=[1,2,4]"]
 FULL += ["engine.eager_token_multiple=8"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def check_full_layout(runner, plan) -> None:
