@@ -261,6 +261,7 @@ class MixedGraphs:
                     split = Split(pool)
                     self.body(slot, self.dummies[b][1], split)
                     self.sets[(slot.index, b)] = PieceSet(split.graphs, split.calls)
+                    self.replay(slot, self.dummies[b][1], self.sets[(slot.index, b)])  # upload
         torch.cuda.synchronize()
 
     @property

@@ -355,6 +355,7 @@ class ModelRunner:
                 with torch.cuda.graph(g, pool=self.pool, stream=stream):
                     self.step_body(slot, self.graph_layouts[b], w)
                 self.graphs[(slot.index, b, w)] = g
+                g.replay()  # the first launch uploads the graph: here, not in a step
             torch.cuda.synchronize()
             used, how = self._pool_bytes(base)
             if slot.index == 0:
