@@ -31,7 +31,7 @@ def test_skinny_gemms_in_the_decode_graphs_keep_the_tokens(config_factory):
     assert np.mean(same) >= 0.75, same
     rule = sync.trace.other_data["skinny_gemm"]
     assert (
-        rule["max_rows"] == 64
+        rule["max_rows"] == 128
         and rule["sms"] == torch.cuda.get_device_properties(0).multi_processor_count
     )
     assert off.trace.other_data["skinny_gemm"] is None

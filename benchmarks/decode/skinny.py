@@ -15,10 +15,10 @@ from runtime.kernels.skinny_gemm import SkinnyLaunch, skinny_linear
 
 MODELS = {  # name: (hidden, intermediate, q heads x dim, kv heads x dim)
     "8b": (4096, 14336, 4096, 1024),
-    "1b": (2048, 8192, 2048, 512),
     "3b": (3072, 8192, 3072, 1024),
+    "1b": (2048, 8192, 2048, 512),
 }
-ROWS = {"8b": (16, 32, 64), "1b": (32, 128), "3b": (32,)}
+ROWS = {"8b": (16, 32, 64), "3b": (32, 128), "1b": (32, 128)}
 LAUNCHES = [
     SkinnyLaunch(bn, bk, st, w)
     for bn, bk, st, w in itertools.product((16, 32, 64), (128, 256), (4, 6), (4,))

@@ -14,9 +14,8 @@ class SkinnyGemmConfig:
     kernel table's ``triton`` gemm rows (what the profile measured with this rule)."""
 
     enabled: bool = False
-    # graphs of at most this many requests; larger ones keep mode.graph_blas (a program reads
-    # all rows of the input from L2: at 128 rows that is more bytes than a small weight)
-    max_rows: int = 64
+    # graphs of at most this many requests; larger ones keep mode.graph_blas
+    max_rows: int = 128
     # each program streams block_k columns of its weight rows a pipeline stage
     block_k: int = 128
     stages: int = 4
