@@ -66,7 +66,7 @@ def main(argv=None):
     else:
         bench.contexts = [int(c) for c in args.contexts.split(",")]
     budgets = dict(
-        check=30.0, kernel=60.0, gemm=20.0, skinny=400.0
+        check=30.0, kernel=60.0, gemm=20.0, skinny=150.0
     )  # seconds; the model section gets the rest
     for name in args.sections.split(","):
         bench.section_end = bench.elapsed() + budgets.get(name, math.inf)

@@ -308,10 +308,6 @@ def other_data(
         # mode.blas, mode.graph_blas: the library torch's GEMMs went to, eager and in graphs
         "blas": runner.blas,
         "graph_blas": runner.graph_blas if runner.buckets else None,
-        # mode.skinny_gemm: the decode graphs' layer GEMMs on the Triton kernel, and its rule
-        "skinny_gemm": dataclasses.asdict(runner.skinny)
-        if runner.skinny and runner.buckets
-        else None,
         # mode.split_argmax: greedy sampling's argmax, two Triton kernels or torch's one
         "argmax": "split" if runner.split_argmax else "torch",
         "cuda_graphs": bool(runner.buckets),

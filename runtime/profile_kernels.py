@@ -29,12 +29,11 @@ import torch.nn.functional as F
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig
 from cbsim.costs.decode_kernel import launch_name
-from cbsim.costs.kernel_table import SKINNY, write_table
+from cbsim.costs.kernel_table import write_table
 from cbsim.costs.kernels import gemm_shapes
 
 from .attention import AttnMeta, decode_torch, prefill_fresh
 from .device_info import select_blas
-from .kernels.skinny_gemm import SkinnyRule, skinny_linear
 from .profile_elementwise import dtype_of, profile_elementwise
 
 log = logging.getLogger("cbsim")
@@ -176,11 +175,6 @@ def profile_gemms(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, ou
         top = max(cfg.engine.graph_batch_sizes)
         rows = sorted({*grid.gemm_rows, *cfg.engine.graph_batch_sizes})
         runs.append((lib, [r for r in rows if r <= top], lib))
-    skinny = SkinnyRule.for_device(cfg.mode.skinny_gemm, dev)
-    if skinny is not None:  # the decode graphs' layer GEMMs on the kernel, at their rows
-        top = min(max(cfg.engine.graph_batch_sizes), skinny.max_rows)
-        rows = sorted({*grid.gemm_rows, *cfg.engine.graph_batch_sizes})
-        runs.append((lib, [r for r in rows if r <= top], SKINNY))
     try:
         for library, rows, launch in runs:
             select_blas(library, dev)
@@ -191,26 +185,18 @@ def profile_gemms(cfg: CbsimConfig, grid: ProfileGrid, timer: Timer, dt, dev, ou
 
 def _gemm_rows(cfg: CbsimConfig, grid, rows_list, launch: str, timer, dt, dev, out: list) -> None:
     """Each GEMM as the runtime calls it: o and down add into the residual (``addmm_``) with
-    mode.fuse_epilogues, the others are nn.Linear's ``F.linear``; at ``launch`` = triton, the
-    layer GEMMs on mode.skinny_gemm's kernel and rule (the LM head stays on the library)."""
+    mode.fuse_epilogues, the others are nn.Linear's ``F.linear``."""
     fused = cfg.mode.fuse_projections and dev.type == "cuda"
     residual = cfg.mode.fuse_epilogues and dev.type == "cuda"
-    rule = SkinnyRule.for_device(cfg.mode.skinny_gemm, dev) if launch == SKINNY else None
     shapes = {(n, k): name for name, n, k in gemm_shapes(cfg.model, fused)}  # k, v: one shape
     for (n, k), name in shapes.items():
-        tile = rule.launch(n, k) if rule is not None else None
-        if launch == SKINNY and (tile is None or name == "lm_head"):
-            continue  # the runtime keeps cuBLAS for it
         ws = [torch.randn(n, k, dtype=dt, device=dev) * 0.02 for _ in range(_copies(2 * n * k, 2))]
         for rows in rows_list:
             if name == "lm_head" and rows > grid.lm_head_rows_max:
                 break
             x = torch.randn(1, rows, k, dtype=dt, device=dev)
-            into = residual and name in ("o", "down")
-            y = torch.zeros(rows, n, dtype=dt, device=dev) if into else None
-            if tile is not None:
-                calls = [partial(skinny_linear, x, w, tile, y) for w in ws]
-            elif into:
+            if residual and name in ("o", "down"):
+                y = torch.zeros(rows, n, dtype=dt, device=dev)
                 calls = [partial(y.addmm_, x[0], w.t()) for w in ws]
             else:  # nn.Linear's call on a [1, tokens, features] input (cuBLASLt's kernel choice
                 # for it differs from torch.mm into a given output: the H200's kernel probes)

@@ -43,7 +43,6 @@ from .io_slots import (
     slot_capacity,
 )
 from .kernels.sampling import argmax_rows
-from .kernels.skinny_gemm import SkinnyRule, skinny_gemms
 from .kernels.varlen_attention import tokens_per_tile
 from .kv_cache import PagedKVCache
 from .model import DTYPES, build_model, model_shape
@@ -117,8 +116,6 @@ class ModelRunner:
         self.blas = select_blas(config.mode.blas, device)  # eager steps' GEMMs
         # the decode graphs' GEMMs: the library is fixed when a graph is captured
         self.graph_blas = config.mode.graph_blas if device.type == "cuda" else "none"
-        # their layer GEMMs on the Triton kernel for few rows (mode.skinny_gemm), or None
-        self.skinny = SkinnyRule.for_device(config.mode.skinny_gemm, device)
         self.split_argmax = device.type == "cuda" and config.mode.split_argmax
         self.model = runtime_model(config, device, model)
         self.shape = model_shape(self.model)
@@ -326,8 +323,7 @@ class ModelRunner:
             return
         select_blas(self.graph_blas, self.device)
         try:
-            with skinny_gemms(self.skinny):
-                self._capture(stream)
+            self._capture(stream)
         finally:
             select_blas(self.blas, self.device)
         if self.mixed is not None:

@@ -207,7 +207,7 @@ class Recorded:
 
     def _build_mode(self, mode):
         """The build's kernels as the trace records them (otherData.fused, .blas, .graph_blas,
-        .argmax, .skinny_gemm), else as its manifest says or as every build before the key ran (a runtime
+        .argmax), else as its manifest says or as every build before the key ran (a runtime
         trace's config is its command line, which names what was asked for)."""
         if self.assumed is not None or self.trace.source != "runtime":
             return mode
@@ -225,9 +225,6 @@ class Recorded:
             blas=blas,
             graph_blas=graph_blas if graph_blas in BLAS_LIBRARIES else blas,
             split_argmax=other.get("argmax") == "split",
-            skinny_gemm=dataclasses.replace(
-                mode.skinny_gemm, enabled=isinstance(other.get("skinny_gemm"), dict)
-            ),
         )
 
     @cached_property

@@ -22,7 +22,6 @@ from cbsim.config.hardware import PhaseCost as PhaseCost
 from cbsim.config.limits import LimitsConfig
 from cbsim.config.output import OutputConfig as OutputConfig
 from cbsim.config.ranges import POSITIVE
-from cbsim.config.skinny_gemm import SkinnyGemmConfig
 from cbsim.config.slo import SloConfig as SloConfig
 
 MODES = ("sim", "runtime")
@@ -84,9 +83,6 @@ class ModeConfig:
     # prices a graph step's GEMMs from the table's rows of that library where it has them.
     # A recording says which (otherData.blas, otherData.graph_blas)
     graph_blas: str = "cublaslt"
-    # the decode graphs' layer GEMMs on cbsim's Triton kernel for few rows (cbsim/config/
-    # skinny_gemm.py, runtime/kernels/skinny_gemm.py); a recording says (otherData.skinny_gemm)
-    skinny_gemm: SkinnyGemmConfig = field(default_factory=SkinnyGemmConfig)
     # runtime on CUDA only, and the simulator's table row: greedy sampling's argmax as a
     # two-stage Triton kernel (chunks of the vocabulary, then the chunks' maxima): a program per
     # row walking 128K logits takes 26-27 us at any batch (experiments/kernels/h200)

@@ -5,8 +5,7 @@ mode=runtime model=...`` (runtime/profile_kernels.py), with ``#`` header lines s
 the software and the command, then the columns ``op,n,k,g,rows,context,us,launch``: one kernel
 call's time in microseconds, as it runs inside a replayed CUDA graph (the gap to the next node
 included). ``launch`` names a gemm row's BLAS library where it is not the table's ``blas:``
-header line (the decode graphs' ``mode.graph_blas``; ``triton``: cbsim's kernel for few rows,
-``mode.skinny_gemm``), and the decode kernel's launch (``t128``:
+header line (the decode graphs' ``mode.graph_blas``), and the decode kernel's launch (``t128``:
 128-token tiles, one partition; ``t64p1024``: 64-token tiles, split-K partitions of 1024 tokens;
 ``decode_kernel.launch_name``) where the profile timed each launch the kernel can take; empty (or
 absent, in a v1 table) where a row ran the table's library or the launch the runtime's rule
@@ -53,8 +52,6 @@ from cbsim.rundir import atomic_write_text
 
 COLUMNS = ("op", "n", "k", "g", "rows", "context", "us")  # v1; v2 adds "launch"
 LAUNCH = "launch"
-SKINNY = "triton"  # a gemm row timed on runtime/kernels/skinny_gemm.py (mode.skinny_gemm)
-GEMM_LAUNCHES = (*BLAS_LIBRARIES, SKINNY)
 ATTENTION_OPS = ("decode_attention", "prefill_attention")
 # kernels that split their elements evenly over programs (argmax is not: a program per row
 # reduces the whole vocabulary, so a longer row is a longer walk, as the roofline ratio scales it)
@@ -139,10 +136,6 @@ class KernelTable:
     def gemm_launch(self, library: str) -> str:
         """The launch key of ``library``'s gemm rows (``time_us`` falls back to the table's own)."""
         return "" if library == self.blas else library
-
-    def has_gemm(self, launch: str) -> bool:
-        """Whether the table timed gemm rows at ``launch`` (a library, or ``triton``)."""
-        return any(s[0] == "gemm" and s[4] == launch for s in self.curves)
 
     def has_launches(self, op: str) -> bool:
         """Whether the table timed ``op`` per launch (a v2 decode sweep)."""
@@ -292,10 +285,10 @@ def _parse(rec: dict, where: str) -> tuple[Key, int, int, float]:
     if r < 1 or min(n, k, g, ctx) < 0 or not (math.isfinite(us) and us > 0):
         raise ConfigError(f"{where}: rows must be >= 1, n/k/g/context >= 0, us finite and > 0")
     launch = (rec.get(LAUNCH) or "").strip()
-    if launch and op == "gemm" and launch not in GEMM_LAUNCHES:
+    if launch and op == "gemm" and launch not in BLAS_LIBRARIES:
         raise ConfigError(
-            f"{where}: launch={launch!r}: a gemm row names the library it ran on; "
-            f"allowed: {', '.join(GEMM_LAUNCHES)} (empty: the table's blas)"
+            f"{where}: launch={launch!r}: a gemm row names the BLAS library it ran on; "
+            f"allowed: {', '.join(BLAS_LIBRARIES)} (empty: the table's blas)"
         )
     if launch and op not in ("gemm", "decode_attention"):
         raise ConfigError(

@@ -15,7 +15,7 @@ import numpy as np
 
 from cbsim.config.hardware import HardwareConfig
 from cbsim.config.schema import CbsimConfig, ModelConfig
-from cbsim.costs.kernel_table import SKINNY, KernelTable, load_table
+from cbsim.costs.kernel_table import KernelTable, load_table
 
 # decode attention points remembered per model: a fit re-costs the same steps hundreds of times
 # (bounded, so a long simulation's contexts do not pile up)
@@ -101,10 +101,6 @@ class KernelCosts:
             False: self.table.gemm_launch(mode.blas),
             True: self.table.gemm_launch(mode.graph_blas),
         }
-        # mode.skinny_gemm: the decode graphs' layer GEMMs up to max_rows on the Triton kernel,
-        # priced from its own rows (a table without them: as mode.graph_blas)
-        sk = mode.skinny_gemm
-        self.skinny_rows = sk.max_rows if sk.enabled and self.table.has_gemm(SKINNY) else 0
         split = mode.split_argmax and self.table.has("argmax_split")
         self.argmax = "argmax_split" if split else "argmax"
         self._linear: dict[tuple[int, bool], float] = {}
@@ -121,7 +117,7 @@ class KernelCosts:
         ``graph``: a replayed decode graph's (its GEMMs on ``mode.graph_blas``)."""
         got = self._linear.get((rows, graph))
         if got is None:
-            lib = SKINNY if graph and rows <= self.skinny_rows else self.gemm_launch[graph]
+            lib = self.gemm_launch[graph]
             per_layer = sum(self.t("gemm", n, k, 0, rows, 0, lib) for n, k in self.layer_gemms)
             per_layer += sum(c * self.t(op, n, k, 0, rows) for op, n, k, c in self.elementwise)
             got = self._linear[(rows, graph)] = self.layers * per_layer + self.t(

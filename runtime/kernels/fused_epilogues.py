@@ -30,7 +30,6 @@ from torch import nn
 
 from .fused_elementwise import triton_kernels, triton_ok
 from .paged_attention import triton_next_pow2
-from .skinny_gemm import maybe_skinny
 
 SILU_BLOCK = 1024  # elements of one row per program
 
@@ -79,13 +78,9 @@ def kv_write(
 def _residual_linear_forward(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     residual = linear.__dict__.pop("cbsim_residual", None)
     if residual is None:
-        y = maybe_skinny(x, linear.weight, linear.bias)
-        return F.linear(x, linear.weight, linear.bias) if y is None else y
+        return F.linear(x, linear.weight, linear.bias)
     if torch.is_grad_enabled() or not residual.is_contiguous():
         return residual + F.linear(x, linear.weight, linear.bias)
-    y = maybe_skinny(x, linear.weight, linear.bias, residual=residual)
-    if y is not None:  # the product added into the residual by the kernel
-        return y
     # into the residual itself: an out-of-place addmm first copies C into its output, which is
     # the kernel this saves; the layer's input is read by its norm before (stream order) and by
     # nothing after, so the residual stream stays in one buffer through the layers
@@ -111,10 +106,7 @@ def _mlp_forward(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
     fused = mlp.gate_up_proj
     if not triton_ok(x):
         return type(mlp).forward(mlp, x)
-    gate_up = maybe_skinny(x, fused.weight, fused.bias)
-    if gate_up is None:
-        gate_up = F.linear(x, fused.weight, fused.bias)
-    return mlp.down_proj(silu_mul(gate_up))
+    return mlp.down_proj(silu_mul(F.linear(x, fused.weight, fused.bias)))
 
 
 def _is_silu(act: nn.Module) -> bool:

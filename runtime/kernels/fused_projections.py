@@ -19,8 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .skinny_gemm import maybe_skinny
-
 
 class FusedLinear(nn.Module):
     """One linear layer whose output columns are the concatenation of several original layers'."""
@@ -36,10 +34,7 @@ class FusedLinear(nn.Module):
 
     def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
         if self._input is not x:
-            y = maybe_skinny(x, self.weight, self.bias)
-            if y is None:
-                y = F.linear(x, self.weight, self.bias)
-            self._parts = torch.split(y, self.sizes, dim=-1)
+            self._parts = torch.split(F.linear(x, self.weight, self.bias), self.sizes, dim=-1)
             self._input = x
             self._served = 0
         out = self._parts[index]
