@@ -1,29 +1,34 @@
-"""A candidate GEMM for decode's few rows (a candidate measured by bench_kernels' ``skinny``
-section; the runtime does not use it): y[M, N] = x[M, K] @ w[N, K]^T with all M rows in one tile,
-one program per BN output columns streaming its BN weight rows through a multi-stage pipeline.
-At M <= 128 the weights are the traffic; cuBLAS picks tiles made for larger M."""
+"""The Triton kernel behind skinny_kernel.py (imported lazily: needs triton)."""
 
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def skinny_gemm_kernel(
-    x_ptr, w_ptr, y_ptr, M, N, K, sxm, swn, sym,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+def _skinny_gemm_kernel(
+    x_ptr, w_ptr, out_ptr, res_ptr,
+    M, K, stride_x, stride_w, stride_o, stride_r,
+    HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    rn = pid * BN + tl.arange(0, BN)
-    rm = tl.arange(0, BM)
-    rk = tl.arange(0, BK)
-    x_ptrs = x_ptr + rm[:, None] * sxm + rk[None, :]
-    w_ptrs = w_ptr + rn[:, None].to(tl.int64) * swn + rk[None, :]
+    # out[m, n] = sum_k x[m, k] * w[n, k] (+ res[m, n]), accumulated in fp32 and rounded once: a
+    # program owns BN output columns of BM rows and streams their BN x K weights once
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    rows = offs_m[:, None] < M
+    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_x + offs_k[None, :]
+    w_ptrs = w_ptr + offs_n[None, :].to(tl.int64) * stride_w + offs_k[:, None]
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for _ in range(0, K, BK):  # K is a multiple of BK (the caller checks)
-        a = tl.load(x_ptrs, mask=rm[:, None] < M, other=0.0)
-        b = tl.load(w_ptrs, mask=rn[:, None] < N, other=0.0)
-        acc = tl.dot(a, tl.trans(b), acc)
+    for _ in range(0, K, BK):
+        a = tl.load(x_ptrs, mask=rows, other=0.0)
+        b = tl.load(w_ptrs)
+        acc = tl.dot(a, b, acc)
         x_ptrs += BK
         w_ptrs += BK
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    tl.store(y_ptr + rm[:, None] * sym + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
+    o_offs = offs_m[:, None].to(tl.int64) * stride_o + offs_n[None, :]
+    if HAS_RES:
+        r = tl.load(res_ptr + offs_m[:, None].to(tl.int64) * stride_r + offs_n[None, :], mask=rows)
+        acc += r.to(tl.float32)
+    tl.store(out_ptr + o_offs, acc.to(out_ptr.dtype.element_ty), mask=rows)
