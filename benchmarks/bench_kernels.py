@@ -10,8 +10,9 @@ One run does, in order (each section guarded by a time budget, results appended 
            D=128) per context: Triton variants vs gathered SDPA vs the fp32 reference
   gemm     the M=32 bf16 projections of one layer, unfused (q, k, v, gate, up) vs fused (qkv,
            gate_up), each over 32 weight copies (as 32 layers would be; none fits in L2)
-  skinny   a Triton GEMM for few rows against cuBLAS on the 8B (M=32) and 1B (M=128) projections
-           (a candidate: the runtime calls cuBLAS); not in the default sections
+  skinny   a Triton GEMM for few rows against cuBLAS on the 8B, 1B and 3B projections at the
+           decode graphs' rows (a candidate: the runtime calls cuBLAS, which it matches within 5%
+           on the H100, experiments/benchmarks/h100/skinny_gemm.txt); not in the default sections
   model    the 8B Llama (random bf16 weights, transformers' own layers) decode step, CUDA-graph
            replayed: paged KV + Triton kernel vs gathered SDPA, unfused vs fused projections,
            transformers' own `sdpa` over a StaticCache, and a no-attention step (weights only)
