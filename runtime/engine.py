@@ -311,6 +311,8 @@ def other_data(
         # mode.split_argmax: greedy sampling's argmax, two Triton kernels or torch's one
         "argmax": "split" if runner.split_argmax else "torch",
         "cuda_graphs": bool(runner.buckets),
+        # engine.upload_graphs: every graph launched once at capture, not first in a step
+        "graphs_uploaded": bool(runner.buckets) and config.engine.upload_graphs,
         # what the build fused (mode.fuse_*; CUDA only): the simulator counts the same kernels
         "fused": runner.fused,
         "graph_buckets": runner.buckets,

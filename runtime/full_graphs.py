@@ -217,9 +217,9 @@ class FullGraphs:
 
     def capture(self, stream: torch.cuda.Stream, pool: tuple) -> None:
         """Every (slot, bucket), largest bucket first, on ``pool`` (the decode graphs' one),
-        after a warm-up forward per bucket (Triton compiles, cuBLAS picks its kernels); each
-        replayed once on its dummy, as a graph's first launch uploads it (0.41 ms against
-        0.13 ms for later replays, a 3B on the H100)."""
+        after a warm-up forward per bucket (Triton compiles, cuBLAS picks its kernels); with
+        engine.upload_graphs each replayed once on its dummy, as a graph's first launch uploads
+        it (0.41 ms against 0.13 ms for later replays, a 3B on the H100)."""
         order = sorted(self.buckets, reverse=True)
         with torch.cuda.stream(stream):
             for b in order:
@@ -233,7 +233,8 @@ class FullGraphs:
                 with torch.cuda.graph(graph, pool=pool, stream=stream):
                     self.body(slot, self.layouts[b])
                 self.graphs[(slot.index, b)] = graph
-                graph.replay()  # the first launch uploads the graph: here, not in a step
+                if self.runner.upload_graphs:  # the first launch uploads it: not in a step
+                    graph.replay()
         torch.cuda.synchronize()
 
     def _load(self, slot: IOSlot, bucket: int) -> None:

@@ -261,7 +261,8 @@ class MixedGraphs:
                     split = Split(pool)
                     self.body(slot, self.dummies[b][1], split)
                     self.sets[(slot.index, b)] = PieceSet(split.graphs, split.calls)
-                    self.replay(slot, self.dummies[b][1], self.sets[(slot.index, b)])  # upload
+                    if self.runner.upload_graphs:  # the first launches, here: not in a step
+                        self.replay(slot, self.dummies[b][1], self.sets[(slot.index, b)])
         torch.cuda.synchronize()
 
     @property

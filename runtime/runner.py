@@ -116,6 +116,7 @@ class ModelRunner:
         self.blas = select_blas(config.mode.blas, device)  # eager steps' GEMMs
         # the decode graphs' GEMMs: the library is fixed when a graph is captured
         self.graph_blas = config.mode.graph_blas if device.type == "cuda" else "none"
+        self.upload_graphs = config.engine.upload_graphs  # each graph launched once at capture
         self.split_argmax = device.type == "cuda" and config.mode.split_argmax
         self.model = runtime_model(config, device, model)
         self.shape = model_shape(self.model)
@@ -355,7 +356,8 @@ class ModelRunner:
                 with torch.cuda.graph(g, pool=self.pool, stream=stream):
                     self.step_body(slot, self.graph_layouts[b], w)
                 self.graphs[(slot.index, b, w)] = g
-                g.replay()  # the first launch uploads the graph: here, not in a step
+                if self.upload_graphs:  # a graph's first launch uploads it: here, not in a step
+                    g.replay()
             torch.cuda.synchronize()
             used, how = self._pool_bytes(base)
             if slot.index == 0:

@@ -1,6 +1,7 @@
-"""A captured graph's first launch (hardware.host.graph_first_replay_us_per_kernel): each IO
-slot's first launch of a batch bucket's graph takes that much more host time per graph node,
-once per run; later launches, eager steps and a zero value are as before."""
+"""A captured graph's first launch (hardware.host.graph_first_replay_us_per_kernel): with
+engine.upload_graphs=false each IO slot's first launch of a batch bucket's graph takes that much
+more host time per graph node, once per run; later launches, eager steps and a zero value are as
+before. With engine.upload_graphs (the default) the capture launched every graph: no step pays."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ def _graph_launches(trace) -> np.ndarray:
     return launch.loc[graphs.step].to_numpy()
 
 
-def _extra_launch_us(engine: str, graph_width_classes: bool = True, **workload):
+def _extra_launch_us(
+    engine: str, graph_width_classes: bool = True, upload_graphs: bool = False, **workload
+):
     """Each graph step's launch with a first-launch cost of 2 us per node minus without it, and
     the config (the 1B shape)."""
     launches = []
     eng = {"name": engine, "graph_width_classes": graph_width_classes}
+    eng["upload_graphs"] = upload_graphs
     for us in (0.0, 2.0):
         cfg = make("llama3_1b", engine=eng, **workload)
         host = dataclasses.replace(cfg.hardware.host, graph_first_replay_us_per_kernel=us)
@@ -67,3 +71,25 @@ def test_a_graph_per_table_width_pays_a_first_launch_where_the_context_crosses_a
     assert paid[False].tolist() == [0]
     # step s decodes context 1001 + s: the one at 1025 tokens replays the wider graph first
     assert paid[True].tolist() == [0, 24]
+
+
+def test_graphs_launched_at_capture_pay_nothing_in_a_step():
+    for engine in ("sync", "async"):
+        extra, _ = _extra_launch_us(engine, upload_graphs=True, batch_size=4, gen_len=24)
+        assert np.allclose(extra, 0.0, atol=1e-6), engine
+
+
+def test_a_recording_says_whether_its_build_launched_the_graphs_at_capture():
+    """otherData.graphs_uploaded: true where the build did; builds before the key paid each
+    graph's first launch in a step, and are simulated so."""
+    from pathlib import Path
+
+    from cbsim.calibration.recordings import Recorded, load
+
+    root = Path(__file__).resolve().parents[1] / "cbsim" / "recorded"
+    path = sorted(root.glob("h200/six_workloads/*/trace_async.json.gz"))[0]
+    (old,) = load([path], root)
+    assert "graphs_uploaded" not in old.trace.other_data
+    assert old.config.engine.upload_graphs is False
+    old.trace.other_data["graphs_uploaded"] = True
+    assert Recorded(path, old.trace, root).config.engine.upload_graphs is True

@@ -203,6 +203,8 @@ class Recorded:
             short = other.get("continuation_decode_max")
             short = short if isinstance(short, int) and short >= 0 else 0
             eng = dataclasses.replace(eng, continuation_decode_max=short)
+            # graphs launched once at capture as the build says; builds before it: in a step
+            eng = dataclasses.replace(eng, upload_graphs=other.get("graphs_uploaded") is True)
         return dataclasses.replace(cfg, engine=eng, mode=self._build_mode(cfg.mode))
 
     def _build_mode(self, mode):

@@ -189,6 +189,10 @@ class EngineConfig:
     carry_over: bool = True
     # make streams wait on events; off shows the missing-wait hazard in the simulator
     event_waits: bool = True
+    # each captured graph replayed once at capture, so its first launch's upload (hardware.host.
+    # graph_first_replay_us_per_kernel) is paid before the loop, not in a step (both back ends;
+    # a recording says whether its build did: otherData.graphs_uploaded, else false)
+    upload_graphs: bool = True
     # padded batch sizes (requests) for which a graph is captured; larger batches run eagerly
     graph_batch_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256]

@@ -91,6 +91,7 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
         self.token_multiple = config.engine.eager_token_multiple
         self.token_buckets = buckets_of(config)  # [] with engine.mixed_graphs=off
         self.piecewise = config.engine.mixed_graphs == "buckets"
+        self.upload_graphs = config.engine.upload_graphs  # first launches paid at capture
         self.short_max = config.engine.continuation_decode_max
         self.model, self.workload = m, w
         self.gemm_row_us = g.gemm_row_us

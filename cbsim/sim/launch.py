@@ -203,14 +203,16 @@ def clock_lag_us(host: HostState, batch: Batch, fwd: ForwardCost, begin: float) 
 
 
 def first_replay_us(host: HostState, slot: IOSlot, plan: StepPlan) -> float:
-    """The extra host time of this (slot, bucket, width) graph's first launch, once per run
-    (a piecewise replay's: its pieces' nodes; its width None keys it apart from the decode
-    graphs, whose tables always have one)."""
+    """The extra host time of this (slot, bucket, width) graph's first launch, once per run,
+    none with engine.upload_graphs (the capture launched it). A piecewise replay's: its pieces'
+    nodes; its width None keys it apart from the decode graphs, whose tables always have one."""
     fwd = plan.forward
     key = (slot.index, plan.bucket, plan.width)
     if key in host.replayed:
         return 0.0
-    host.replayed.add(key)
+    host.replayed.add(key)  # fast_forward.graph_room reads which graphs were launched
+    if host.costs.upload_graphs:
+        return 0.0
     return host.costs.host.graph_first_replay_us_per_kernel * (fwd.kernels - fwd.eager_kernels)
 
 
