@@ -14,6 +14,47 @@ import triton.language as tl
 
 
 @triton.jit
+def kv_tile(
+    bt_row, k_head, v_head, tok, live, offs_d, stride_kn, stride_kt, stride_vn, stride_vt,
+    BS: tl.constexpr,
+):  # fmt: skip
+    """K and V [BLOCK_N, D] of a sequence's tokens ``tok``, gathered through its block-table
+    row (``bt_row``) from one kv head's pages; tokens not ``live`` read as zeros."""
+    page = tl.load(bt_row + tok // BS, mask=live, other=0).to(tl.int64)
+    slot = tok % BS
+    k_ptrs = k_head + page[:, None] * stride_kn + slot[:, None] * stride_kt + offs_d[None, :]
+    v_ptrs = v_head + page[:, None] * stride_vn + slot[:, None] * stride_vt + offs_d[None, :]
+    k = tl.load(k_ptrs, mask=live[:, None], other=0.0)
+    v = tl.load(v_ptrs, mask=live[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def qk_scores(q, k, scale_log2, IEEE: tl.constexpr):
+    """q . k^T in log2 units (exact fp32 where IEEE, else the tensor cores' precision)."""
+    if IEEE:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    return s * scale_log2
+
+
+@triton.jit
+def online_softmax(s, v, m_i, l_i, acc, IEEE: tl.constexpr):
+    """One key tile of the online softmax: masked scores ``s`` (-inf where hidden) and values
+    ``v`` into the running max, sum and output; returns the three."""
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if IEEE:
+        pv = tl.dot(p, v, input_precision="ieee")
+    else:
+        pv = tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc * alpha[:, None] + pv
+
+
+@triton.jit
 def _paged_decode_split_kernel(
     q_ptr,  # [B, Hq, D]
     k_ptr,  # [num_blocks, BS, Hkv, D]
@@ -97,29 +138,12 @@ def _partition(
     for n0 in range(start, end, BLOCK_N):
         tok = n0 + tl.arange(0, BLOCK_N)
         live = tok < end
-        page = tl.load(bt_row + tok // BS, mask=live, other=0).to(tl.int64)
-        slot = tok % BS
-        k_ptrs = k_head + page[:, None] * stride_kn + slot[:, None] * stride_kt + offs_d[None, :]
-        v_ptrs = v_head + page[:, None] * stride_vn + slot[:, None] * stride_vt + offs_d[None, :]
-        k = tl.load(k_ptrs, mask=live[:, None], other=0.0)
-        v = tl.load(v_ptrs, mask=live[:, None], other=0.0)
-
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = s * scale_log2
-        s = tl.where(live[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if IEEE:
-            pv = tl.dot(p, v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+        k, v = kv_tile(
+            bt_row, k_head, v_head, tok, live, offs_d, stride_kn, stride_kt, stride_vn, stride_vt,
+            BS,
+        )  # fmt: skip
+        s = tl.where(live[None, :], qk_scores(q, k, scale_log2, IEEE), float("-inf"))
+        m_i, l_i, acc = online_softmax(s, v, m_i, l_i, acc, IEEE)
 
     acc = acc / l_i[:, None]
     if SINGLE:

@@ -13,6 +13,8 @@ capture) while only live rows and live KV are touched.
 import triton
 import triton.language as tl
 
+from ._triton_paged_attention import kv_tile, online_softmax, qk_scores
+
 
 @triton.jit
 def _varlen_paged_kernel(
@@ -94,29 +96,14 @@ def _tile(
     for n0 in range(0, kv_end, BLOCK_N):
         key = n0 + tl.arange(0, BLOCK_N)
         live_n = key < kv_end
-        page = tl.load(bt_row + key // BS, mask=live_n, other=0).to(tl.int64)
-        slot = key % BS
-        k_ptrs = k_head + page[:, None] * stride_kn + slot[:, None] * stride_kt + offs_d[None, :]
-        v_ptrs = v_head + page[:, None] * stride_vn + slot[:, None] * stride_vt + offs_d[None, :]
-        k = tl.load(k_ptrs, mask=live_n[:, None], other=0.0)
-        v = tl.load(v_ptrs, mask=live_n[:, None], other=0.0)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = s * scale_log2
+        k, v = kv_tile(
+            bt_row, k_head, v_head, key, live_n, offs_d, stride_kn, stride_kt, stride_vn,
+            stride_vt, BS,
+        )  # fmt: skip
         # key 0 is visible to every row, so no row's running max stays -inf past the first tile
-        s = tl.where(live_n[None, :] & (key[None, :] <= pos[:, None]), s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if IEEE:
-            pv = tl.dot(p, v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+        visible = live_n[None, :] & (key[None, :] <= pos[:, None])
+        s = tl.where(visible, qk_scores(q, k, scale_log2, IEEE), float("-inf"))
+        m_i, l_i, acc = online_softmax(s, v, m_i, l_i, acc, IEEE)
 
     acc = acc / l_i[:, None]
     o_ptrs = out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
