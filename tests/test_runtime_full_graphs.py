@@ -5,18 +5,17 @@ transformers' generate, and one graph a step, as the simulator charges it."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from conftest import assert_nests  # noqa: E402
-from test_runtime_mixed_graphs import cpu_runner, eager_step, one_thread  # noqa: E402, F401
+from test_runtime_mixed_graphs import cpu_runner, one_thread, replay_against_eager  # noqa: E402, F401
 from test_runtime_sync import BASE, CASES, assert_same_tokens, reference_tokens  # noqa: E402
 
 from cbsim.config.errors import ConfigError  # noqa: E402
-from cbsim.costs.mixed_graphs import bucket_of, token_buckets  # noqa: E402
+from cbsim.costs.mixed_graphs import token_buckets  # noqa: E402
 from cbsim.runtime.engine import execute  # noqa: E402
 from cbsim.runtime.full_graphs import FULL_SECTIONS  # noqa: E402
 from cbsim.runtime.piecewise import check_mixed_graphs  # noqa: E402
@@ -56,28 +55,7 @@ def test_the_full_forward_gives_the_eager_forwards_logits(config_factory, case):
     )
     runner, sched = cpu_runner(config)
     assert runner.mixed.buckets == token_buckets(4, config.workload.max_batch_tokens)
-    seen = []
-    runner.model.lm_head.register_forward_hook(lambda m, i, out: seen.append(out[0].clone()))
-    slot, buckets = runner.slots[0], set()
-    while sched.has_unfinished():
-        batch = sched.schedule()
-        n = int(batch.num_samples)
-        mixed = batch.query_tokens > len(batch)
-        if mixed:
-            eager_step(runner, batch, slot)
-            want_logits, want = seen[-1], slot.dev_out[:n].clone()
-        plan = runner.plan(batch, slot, None)
-        runner.copy_in(plan)
-        runner.compute(plan)
-        runner.copy_out(plan)
-        if mixed:
-            bucket = bucket_of(runner.mixed.buckets, batch.query_tokens)
-            assert plan.tokens_bucket == bucket and plan.pieces == 1
-            check_full_layout(runner, plan)
-            torch.testing.assert_close(seen[-1][:n], want_logits, rtol=1e-5, atol=1e-5)
-            np.testing.assert_array_equal(runner.tokens(plan), want.numpy())
-            buckets.add(bucket)
-        sched.update(batch, runner.tokens(plan).copy())
+    buckets = replay_against_eager(runner, sched, 1, check_full_layout)
     assert len(buckets) >= 2, buckets
 
 

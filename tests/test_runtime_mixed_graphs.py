@@ -81,6 +81,37 @@ def check_bucket_layout(runner: ModelRunner, plan) -> None:
     assert v["logits_idx"].numel() == runner.max_outputs
 
 
+def replay_against_eager(runner: ModelRunner, sched, pieces: int, check_layout) -> set[int]:
+    """The run stepped on one slot, each step with prompt tokens first run eagerly and then as
+    the runner plans it: its token bucket, its ``pieces`` graphs, its layout
+    (``check_layout``), its LM head over ``max_outputs`` rows whose sampled ones' logits are
+    the eager step's, and its greedy tokens. Returns the buckets replayed."""
+    seen = []
+    runner.model.lm_head.register_forward_hook(lambda m, i, out: seen.append(out[0].clone()))
+    slot, buckets = runner.slots[0], set()
+    while sched.has_unfinished():
+        batch = sched.schedule()
+        n = int(batch.num_samples)
+        mixed = batch.query_tokens > len(batch)
+        if mixed:
+            eager_step(runner, batch, slot)
+            want_logits, want = seen[-1], slot.dev_out[:n].clone()
+        plan = runner.plan(batch, slot, None)
+        runner.copy_in(plan)
+        runner.compute(plan)
+        runner.copy_out(plan)
+        if mixed:
+            bucket = bucket_of(runner.mixed.buckets, batch.query_tokens)
+            assert plan.tokens_bucket == bucket and plan.pieces == pieces
+            check_layout(runner, plan)
+            assert seen[-1].shape[0] == runner.max_outputs
+            torch.testing.assert_close(seen[-1][:n], want_logits, rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(runner.tokens(plan), want.numpy())
+            buckets.add(bucket)
+        sched.update(batch, runner.tokens(plan).copy())
+    return buckets
+
+
 @pytest.mark.parametrize("short_max", [0, 8])
 def test_the_piecewise_forward_gives_the_eager_forwards_logits(config_factory, short_max):
     """Each step with prompt tokens, run eagerly (padded to the eager multiple) and then as
@@ -96,28 +127,9 @@ def test_the_piecewise_forward_gives_the_eager_forwards_logits(config_factory, s
     )
     runner, sched = cpu_runner(config)
     assert runner.mixed.buckets == token_buckets(4, config.workload.max_batch_tokens)
-    seen = []
-    runner.model.lm_head.register_forward_hook(lambda m, i, out: seen.append(out[0].clone()))
-    slot, buckets = runner.slots[0], set()
-    while sched.has_unfinished():
-        batch = sched.schedule()
-        n = int(batch.num_samples)
-        if batch.query_tokens > len(batch):
-            eager_step(runner, batch, slot)
-            want_logits, want = seen[-1], slot.dev_out[:n].clone()
-        plan = runner.plan(batch, slot, None)
-        runner.copy_in(plan)
-        runner.compute(plan)
-        runner.copy_out(plan)
-        if batch.query_tokens > len(batch):
-            bucket = bucket_of(runner.mixed.buckets, batch.query_tokens)
-            assert plan.tokens_bucket == bucket and plan.pieces == runner.shape["num_layers"] + 1
-            check_bucket_layout(runner, plan)
-            assert seen[-1].shape[0] == runner.max_outputs
-            torch.testing.assert_close(seen[-1][:n], want_logits, rtol=1e-5, atol=1e-5)
-            np.testing.assert_array_equal(runner.tokens(plan), want.numpy())
-            buckets.add(bucket)
-        sched.update(batch, runner.tokens(plan).copy())
+    buckets = replay_against_eager(
+        runner, sched, runner.shape["num_layers"] + 1, check_bucket_layout
+    )
     assert len(buckets) >= 3, buckets
 
 
