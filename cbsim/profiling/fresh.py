@@ -13,12 +13,18 @@ factor is the async decode time's over the simulated one's (cbsim/validation/anc
 profile takes their medians as its host and forward levels, and the spread of the host factors'
 logs as ``host.spread.between_calls``. Their traces stay in the profile directory (``fresh/``),
 so ``extra.refit`` measures the same.
+
+One machine's processes are not every machine's: hosts of one cloud GPU sit at different levels
+(the H100's held-out machines: median host factors x0.97 to x2.45). Fresh runs recorded on other
+machines of the same GPU join the profile through ``extra.fresh_from`` (``add_fresh``), each
+machine's in ``fresh/gpu-<uuid>/``, so the median and the spread are over machines too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,6 +37,8 @@ from cbsim.config.errors import ConfigError
 from cbsim.config.schema import HardwareConfig
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.options import Probe
+from cbsim.trace import TraceError, read_trace
+from cbsim.trace.hardware import hardware_of
 from cbsim.validation.anchor import FACTOR_RANGE, CallMachine, measure_call
 from cbsim.validation.tasks import runtime_traces
 
@@ -112,12 +120,12 @@ class FreshLevel:
 
 def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     """The host level of out/fresh's runs against ``hw``; None without fresh runs."""
-    paths = sorted((out / FRESH_DIR).glob("*/trace*.json.gz"))
+    paths = sorted((out / FRESH_DIR).glob("**/trace*.json.gz"))
     if not paths:
         return None
     by_run: dict[str, dict[str, Any]] = {}
-    for r in runtime_traces(load(paths, out / FRESH_DIR)):
-        by_run.setdefault(Path(r.name).parts[0], {})[r.engine] = r
+    for r in runtime_traces(load(paths, out / FRESH_DIR)):  # run_<i> or gpu-<uuid>/run_<i>
+        by_run.setdefault(str(Path(r.name).parent), {})[r.engine] = r
     machines, readings = {}, {}
     for run, engines in sorted(by_run.items()):
         sync = engines.get("sync")
@@ -206,3 +214,58 @@ def level_summary(level: FreshLevel) -> dict[str, Any]:
             for run, m in level.machines.items()
         },
     }
+
+
+def add_fresh(root: Path, sources: list[str], device_name: str) -> list[str]:
+    """Fresh runs recorded on other machines of this GPU (``extra.fresh_from``: each a folder of
+    run folders holding the fresh command's trace_sync/trace_async) copied into
+    root/fresh/gpu-<uuid>/, one folder per machine (its GPU's uuid); returns those folders.
+    Refused in one line, before anything is copied: a source without runs, a run of another GPU
+    or of two machines, a machine the profile already holds."""
+    plans = []
+    for src in sources:
+        folder = Path(src).expanduser().resolve()
+        runs = sorted({p.parent for p in folder.glob("**/trace_sync.json.gz")})
+        if not runs:
+            raise ConfigError(
+                f"extra.fresh_from: {src} holds no run folder with trace_sync.json.gz; allowed: "
+                "folders of fresh runs (python -m cbsim mode=runtime engine=compare, the fresh "
+                "probe's values, output.trace=true output.trace_gzip=true), one folder per machine"
+            )
+        machines = {_machine_of(run, device_name, src) for run in runs}
+        if len(machines) != 1:
+            raise ConfigError(
+                f"extra.fresh_from: {src} holds runs of {len(machines)} machines "
+                f"({', '.join(sorted(machines))}); allowed: one folder per machine"
+            )
+        dest = root / FRESH_DIR / f"gpu-{machines.pop()}"
+        if dest.exists() or dest in (d for d, _ in plans):
+            raise ConfigError(
+                f"extra.fresh_from: {src}: the profile already holds this machine's fresh runs "
+                f"({dest}); allowed: runs of a machine not added yet (remove {dest} to replace)"
+            )
+        plans.append((dest, runs))
+    for dest, runs in plans:
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        for i, run in enumerate(runs, 1):
+            shutil.copytree(run, partial / f"run_{i}", ignore=shutil.ignore_patterns(".cbsim.lock"))
+        partial.rename(dest)
+    return [str(dest.relative_to(root)) for dest, _ in plans]
+
+
+def _machine_of(run: Path, device_name: str, src: str) -> str:
+    """The short uuid of the GPU a fresh run recorded; refused if it is not ``device_name``."""
+    try:
+        hw = hardware_of(read_trace(run / "trace_sync.json.gz").other_data)
+    except TraceError as exc:
+        raise ConfigError(f"extra.fresh_from: {run}: {exc}") from None
+    name, uuid = str(hw.get("name") or ""), str(hw.get("uuid") or "")
+    if device_name and name != device_name:
+        raise ConfigError(
+            f"extra.fresh_from: {run} ran on {name or 'no recorded GPU'}; allowed: runs of "
+            f"{device_name}, the profile's GPU"
+        )
+    if not uuid:
+        raise ConfigError(f"extra.fresh_from: {run} records no GPU uuid; allowed: runtime traces")
+    return uuid.split("-")[0]

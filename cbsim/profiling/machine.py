@@ -34,7 +34,7 @@ from cbsim.host import cpu_model, python_speed_us
 from cbsim.profiling import profile_dir as pd
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.fit import fit_profile
-from cbsim.profiling.fresh import run_fresh
+from cbsim.profiling.fresh import add_fresh, run_fresh
 from cbsim.profiling.options import ProfileOptions, read_options
 from cbsim.profiling.probes import PROBES_DIR, check_probes, run_probes
 from cbsim.profiling.profile_dir import KERNELS_DIR
@@ -307,6 +307,8 @@ def refit(config: CbsimConfig, opts: ProfileOptions, command: str) -> dict[str, 
     if given is not None:
         kernel_table_files(given)
     manifest["base"], manifest["kernel_tables"] = base.name, given
+    for added in add_fresh(root, opts.fresh_from, str(rates.get("device_name") or "")):
+        print(f"profile_machine: fresh runs added in {root / added}", file=sys.stderr)
     fitted = fit_profile(root, base, rates, name, _fit_options(opts), given_tables=given)
     path = pd.write_hardware(root, fitted.hardware)
     if fitted.fresh is not None:

@@ -38,6 +38,8 @@ EXTRA_KEYS = {
     "fresh_runs": "separate `python -m cbsim` processes of the fresh_probe, whose median host "
     "factor sets the profile's host level and whose spread sets host.spread.between_calls (0: none)",
     "fresh_probe": "the probe (a name in extra.probes) the fresh runs repeat",
+    "fresh_from": "with extra.refit: folders of fresh runs recorded on other machines of this GPU "
+    "(one folder per machine), added to the profile's fresh/ before it is refitted",
 }
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -70,6 +72,7 @@ class ProfileOptions:
     starts: int = 3
     fresh_runs: int = 3
     fresh_probe: str = "reference"
+    fresh_from: list[str] = field(default_factory=list)
     cpu: dict[str, Any] = field(default_factory=dict)
 
     def on_cpu(self) -> ProfileOptions:
@@ -206,7 +209,23 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
             f"extra.fresh_probe={o.fresh_probe!r} is not a probe; allowed: "
             f"{', '.join(p.name for p in o.probes)}"
         )
+    o.fresh_from = _paths("fresh_from", extra.get("fresh_from"))
+    if o.fresh_from and o.refit is None:
+        raise ConfigError(
+            "extra.fresh_from adds fresh runs to a profile that exists; allowed: with "
+            "extra.refit=DIR (the profile directory)"
+        )
     return o
+
+
+def _paths(key: str, value: Any) -> list[str]:
+    if value is None or value == []:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"extra.{key}={value!r}; allowed: a list of folders (paths)")
+    return list(value)
 
 
 def _optional_text(key: str, value: Any) -> str | None:
