@@ -18,7 +18,7 @@ from cbsim.bands import band, drawn_profiles
 from cbsim.calibration.progress import progress
 from cbsim.config.model_error import ModelError
 from cbsim.config.schema import HardwareConfig
-from cbsim.validation.measure import measure, simulate_like
+from cbsim.validation.measure import banded_metrics, simulate_like
 from cbsim.validation.runs import BANDED, RunResult
 from cbsim.validation.speedup import Speedup
 from cbsim.widening import widen
@@ -29,8 +29,8 @@ def drawn_metrics(result: RunResult, hw: HardwareConfig) -> list[dict[str, float
     the forward model's error): the banded metrics of the run simulated so."""
     out = []
     for drawn in drawn_profiles(hw):
-        m = measure(simulate_like(result.rec, drawn))
-        out.append({k: float(m[k]) for k in BANDED if m.get(k) is not None})
+        m = banded_metrics(simulate_like(result.rec, drawn))
+        out.append({k: float(m[k]) for k in BANDED})
     return out
 
 

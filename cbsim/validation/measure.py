@@ -14,8 +14,9 @@ from cbsim.calibration.simulated import event_timed, simulate_like
 from cbsim.metrics import compute_metrics
 from cbsim.trace import Trace
 from cbsim.trace import schema as S
+from cbsim.trace.fold import busy_blocks
 
-__all__ = ["errors", "event_timed", "measure", "simulate_like", "steady_metrics"]
+__all__ = ["banded_metrics", "errors", "event_timed", "measure", "simulate_like", "steady_metrics"]
 
 PCT_ERRORS = {
     "total_time_pct": "total_time_s",
@@ -95,3 +96,36 @@ def measure(trace: Trace) -> dict[str, Any]:
     m["decode_time_s"] = decode_time_s(trace)
     m.update(steady_metrics(trace))
     return m
+
+
+def banded_metrics(trace: Trace) -> dict[str, float]:
+    """Total time and GPU idle as ``compute_metrics`` gives them (cbsim.trace.fold: the first
+    event's start to the last one's end; the compute lane's busy union, or the default stream's
+    where everything ran there), read off the events without the metric tables: a band's draws
+    need only these, and a few hundred draws a validation made the tables most of its time."""
+    lane_of = trace.lane_of
+    lo, hi, ilo, ihi = np.inf, -np.inf, np.inf, -np.inf
+    on: dict[str, list[tuple[float, float]]] = {S.COMPUTE: [], S.DEFAULT: []}
+    for e in trace.events:
+        ph = e.get("ph")
+        if ph == "X":
+            ts, dur = float(e["ts"]), float(e["dur"])
+            lo, hi = min(lo, ts), max(hi, ts + dur)
+            lane = lane_of.get((e["pid"], e["tid"]))
+            if lane in on:
+                on[lane].append((ts, dur))
+        elif ph in ("i", "I"):
+            ilo, ihi = min(ilo, float(e["ts"])), max(ihi, float(e["ts"]))
+    if lo > hi:
+        lo = hi = 0.0
+    start, end = min(lo, ilo), max(hi, ihi)
+    total = end - start
+    gpu = on[S.DEFAULT] if not on[S.COMPUTE] and on[S.DEFAULT] else on[S.COMPUTE]
+    busy = 0.0
+    if gpu:
+        ts, dur = np.array(gpu).T
+        order = np.lexsort((dur, ts))
+        starts, ends = busy_blocks(ts[order], ts[order] + dur[order])
+        busy = float((ends[:-1] - starts[:-1]).sum()) + float(ends[-1] - starts[-1])
+    idle = 1.0 - busy / total if total > 0 else 0.0
+    return {"total_time_s": total / 1e6, "gpu_idle_fraction": idle}
