@@ -32,7 +32,7 @@ from .collector import collector_frozen
 from .device_info import checkpoint_facts
 from .loop import LoopState, run_async, run_sync
 from .machine import device_memory_bytes, read_machine, warn_if_other_gpu
-from .piecewise import check_mixed_graphs
+from .piecewise import check_mixed_graphs, resolve_mixed_graphs
 from .recorder import Recorder
 from .runner import ModelRunner
 from .streams import EventRing, Streams
@@ -212,6 +212,7 @@ def execute(
     device = check_device(config, engine, cpu_emulation)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # events, anchors and graphs all on this one device
+    config = resolve_mixed_graphs(config, device)
     machine = read_machine(device)  # before the model: the copy rate is timed on an idle GPU
     warn_if_other_gpu(config.hardware, machine)
     setup = plan_run(config, engine, device, model)

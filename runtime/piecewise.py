@@ -32,6 +32,7 @@ attention's own temporaries come from the ordinary allocator, outside the pool.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from dataclasses import dataclass, field
 
@@ -40,6 +41,7 @@ import torch
 
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import CbsimConfig
+from cbsim.costs.mixed_graphs import mixed_graphs_mode
 
 from .attention import ATTN_NAME, AttnMeta, attend
 from .io_slots import IOSlot, Layout, dummy_prefill, make_layout, pack
@@ -49,7 +51,7 @@ def check_mixed_graphs(config: CbsimConfig, device: torch.device, cpu_emulation:
     """engine.mixed_graphs=buckets or full captures CUDA graphs: on a CPU it runs only in the
     tests' emulation of the capture and replay; full runs attention in the Triton kernels."""
     mg = config.engine.mixed_graphs
-    if mg == "off":
+    if mg in ("off", "auto"):  # auto: what the device allows (engine.resolve_mixed_graphs)
         return
     if device.type != "cuda" and not cpu_emulation:
         raise ConfigError(
@@ -62,6 +64,21 @@ def check_mixed_graphs(config: CbsimConfig, device: torch.device, cpu_emulation:
             "mode.attention=torch asks for none; allowed: mode.attention=triton or auto, or "
             "engine.mixed_graphs=buckets or off"
         )
+
+
+def resolve_mixed_graphs(config: CbsimConfig, device: torch.device) -> CbsimConfig:
+    """``config`` with engine.mixed_graphs=auto made what this device runs (mixed_graphs_mode,
+    and off where the Triton kernels cannot load), so the runner and the trace see one value."""
+    if config.engine.mixed_graphs != "auto":
+        return config
+    mode = mixed_graphs_mode(config) if device.type == "cuda" else "off"
+    if mode == "full":
+        try:
+            from .kernels import varlen_attention  # noqa: F401  (Triton)
+        except ImportError:
+            mode = "off"
+    engine = dataclasses.replace(config.engine, mixed_graphs=mode)
+    return dataclasses.replace(config, engine=engine)
 
 
 def unowned(t: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from cbsim.config.schema import CbsimConfig
 from cbsim.costs.attention_groups import max_decode_rows
 from cbsim.costs.decode_kernel import LaunchRule, class_width, launch_classes
 from cbsim.costs.eager_tokens import round_up
-from cbsim.costs.mixed_graphs import bucket_of, buckets_of
+from cbsim.costs.mixed_graphs import bucket_of, buckets_of, mixed_graphs_mode
 
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .device_info import select_blas
@@ -162,7 +162,7 @@ class ModelRunner:
         cap = slot_capacity(max(self.max_tokens, biggest), self.max_decode_rows, self.graph_width)
         # steps with prompt tokens replayed per token bucket (engine.mixed_graphs)
         tokens = buckets_of(config) if on else []
-        full = config.engine.mixed_graphs == "full"
+        full = mixed_graphs_mode(config) == "full"
         if tokens and full:
             block_q = tokens_per_tile(s["num_heads"], s["num_kv_heads"])
             cap = max(cap, FullGraphs.entries(self, tokens, block_q))

@@ -211,6 +211,20 @@ def test_the_switch_is_refused_where_it_cannot_run_in_one_line(config_factory):
     assert check_device(config, "sync", cpu_emulation=True).type == "cpu"
 
 
+def test_auto_runs_eagerly_on_a_cpu_and_the_trace_says_what_ran(config_factory):
+    """engine.mixed_graphs=auto (the default) is off on a CPU, emulated or not: the runner
+    builds no mixed graphs and the trace records off; on CUDA it stays as the device allows."""
+    from cbsim.runtime.piecewise import resolve_mixed_graphs
+
+    config = config_factory(BASE + ["engine=async"])
+    assert config.engine.mixed_graphs == "auto"
+    assert resolve_mixed_graphs(config, torch.device("cpu")).engine.mixed_graphs == "off"
+    check_mixed_graphs(config, torch.device("cpu"), cpu_emulation=False)
+    result = execute(config, "async", cpu_emulation=True)
+    assert result.trace.other_data["mixed_graphs"] == "off"
+    assert result.trace.other_data["mixed_graph_buckets"] == []
+
+
 def test_a_model_whose_layers_skip_the_paged_attention_is_refused(config_factory):
     """The pieces end at each layer's call of the runtime's attention function: a model that
     calls it in fewer layers than it has could not be split, and is refused naming the key."""

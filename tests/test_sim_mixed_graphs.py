@@ -145,7 +145,7 @@ def test_the_runtime_refuses_mixed_graphs_in_one_line_naming_the_key():
 
 
 def test_a_bad_mixed_graphs_value_names_the_key_and_what_is_allowed():
-    with pytest.raises(ConfigError, match=r"engine\.mixed_graphs.*off.*buckets.*full"):
+    with pytest.raises(ConfigError, match=r"engine\.mixed_graphs.*auto.*full.*buckets.*off"):
         EngineConfig(mixed_graphs="pieces")
     with pytest.raises(ConfigError, match=r"engine\.mixed_graphs"):
         make_config(["engine.mixed_graphs=on"])
@@ -157,3 +157,45 @@ def test_the_graph_pool_holds_the_largest_buckets_pieces_and_no_more():
     pieces = piece_activation_bytes(on.model, 2048)
     assert off.graph_pool_bytes_per_slot(4) < pieces
     assert on.graph_pool_bytes_per_slot(4) == pieces
+
+
+@pytest.mark.parametrize(
+    "overrides, mode",
+    [
+        ([], "full"),
+        (["engine.cuda_graphs=false"], "off"),
+        (["mode.attention=torch"], "off"),
+        (["mode.device=cpu"], "off"),
+        (["engine.mixed_graphs=buckets"], "buckets"),
+        (["engine.mixed_graphs=off"], "off"),
+    ],
+)
+def test_auto_is_full_where_the_runtime_replays_graphs_with_triton_attention(overrides, mode):
+    """engine.mixed_graphs defaults to auto: the whole forward of a step with prompt tokens
+    from one graph per bucket where CUDA graphs run with the Triton attention, eager elsewhere;
+    an explicit value is kept."""
+    from cbsim.costs.mixed_graphs import mixed_graphs_mode
+
+    cfg = make_config(overrides)
+    assert mixed_graphs_mode(cfg) == mode
+    assert bool(CostModel(cfg).token_buckets) == (mode != "off")
+
+
+def test_a_recording_runs_the_mixed_graphs_its_build_says_and_older_ones_ran_eagerly():
+    """otherData.mixed_graphs is what the runtime ran (auto resolved on its device); a build
+    that did not record it ran every step with prompt tokens eagerly."""
+    from conftest import REPO
+
+    from cbsim.calibration.recordings import load
+
+    root = REPO / "experiments" / "recordings"
+    old = root / "h200" / "fit_a" / "ref_8b_16x512+256" / "trace_sync.json.gz"
+    new = root / "h100" / "heldout" / "r6" / "8b_poisson_16" / "trace_sync.json.gz"
+    got = {}
+    for rec in load([old, new], root):
+        other = rec.trace.other_data.get("mixed_graphs")
+        got[rec.name] = (other, rec.config.engine.mixed_graphs)
+    assert got == {
+        "h200/fit_a/ref_8b_16x512+256/trace_sync": (None, "off"),
+        "h100/heldout/r6/8b_poisson_16/trace_sync": ("off", "off"),
+    }

@@ -24,7 +24,7 @@ from cbsim.calibration.run_config import (
 )
 from cbsim.calibration.steps import forward_table, span_table, with_replayed_batches
 from cbsim.config import CbsimConfig, ConfigError
-from cbsim.config.schema import BLAS_LIBRARIES, DecodeLaunchConfig
+from cbsim.config.schema import BLAS_LIBRARIES, MIXED_GRAPHS, DecodeLaunchConfig
 from cbsim.costs.decode_kernel import RULE_BEFORE
 from cbsim.trace import Trace, TraceError, read_trace
 from cbsim.trace import schema as S
@@ -205,6 +205,9 @@ class Recorded:
             eng = dataclasses.replace(eng, continuation_decode_max=short)
             # graphs launched once at capture as the build says; builds before it: in a step
             eng = dataclasses.replace(eng, upload_graphs=other.get("graphs_uploaded") is True)
+            # prompt steps replayed from graphs as the build says; builds before it: eagerly
+            mixed = other.get("mixed_graphs")
+            eng = dataclasses.replace(eng, mixed_graphs=mixed if mixed in MIXED_GRAPHS else "off")
         return dataclasses.replace(cfg, engine=eng, mode=self._build_mode(cfg.mode))
 
     def _build_mode(self, mode):

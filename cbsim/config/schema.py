@@ -41,6 +41,7 @@ DTYPES = ("bfloat16", "float16", "float32")
 LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")
 ARRIVALS = ("offline", "poisson")
 STREAM_MODES = ("three", "one", "default")
+MIXED_GRAPHS = ("auto", "full", "buckets", "off")
 BAND_CHOICES = ("auto", "true", "false")
 # the extra keys task=run reads, each with what it does (calibrate and validate declare theirs
 # in cbsim.validation.tasks.EXTRA_KEYS, capacity in cbsim.capacity.EXTRA_KEYS; profile_kernels
@@ -217,8 +218,9 @@ class EngineConfig:
     # "buckets": prompt steps replayed from piecewise graphs over token-count buckets, attention
     # eager between the pieces (costs/mixed_graphs.py, runtime/piecewise.py); "full": one graph
     # per bucket, attention inside it (runtime/full_graphs.py); "off": prompt steps launched
-    # eagerly, the what-if both back ends model
-    mixed_graphs: str = "off"
+    # eagerly, the what-if both back ends model; "auto": full where CUDA graphs run with the
+    # Triton attention, else off (costs/mixed_graphs.py: mixed_graphs_mode)
+    mixed_graphs: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("engine.name", self.name, ENGINES)
@@ -226,7 +228,7 @@ class EngineConfig:
         check_range("engine.io_slots", self.io_slots, 1, 2)
         check_range("engine.eager_token_multiple", self.eager_token_multiple, 1, 1024)
         check_range("engine.continuation_decode_max", self.continuation_decode_max, 0, 8192)
-        check_choice("engine.mixed_graphs", self.mixed_graphs, ("off", "buckets", "full"))
+        check_choice("engine.mixed_graphs", self.mixed_graphs, MIXED_GRAPHS)
         if self.name in ("async", "compare") and not self.carry_over:
             raise ConfigError(
                 f"engine.carry_over=false is impossible with engine.name={self.name} (batch N+1 is "

@@ -41,9 +41,22 @@ from cbsim.costs.forward_cost import ForwardCost
 from cbsim.costs.kernel_count import step_kernels
 
 
+def mixed_graphs_mode(config) -> str:
+    """engine.mixed_graphs as the run takes it: "auto" is "full" where the runtime replays CUDA
+    graphs with its Triton attention inside them (a CUDA device, engine.cuda_graphs on,
+    mode.attention not torch), else "off"; the runtime also turns it off where Triton cannot
+    load (runtime/engine.py), and records what it ran (otherData.mixed_graphs)."""
+    mode = config.engine.mixed_graphs
+    if mode != "auto":
+        return mode
+    cuda = not str(config.mode.device).startswith("cpu")
+    graphs = cuda and config.engine.cuda_graphs and config.mode.attention != "torch"
+    return "full" if graphs else "off"
+
+
 def buckets_of(config) -> list[int]:
     """The run's token buckets; [] when steps with prompt tokens run eagerly."""
-    if config.engine.mixed_graphs == "off":
+    if mixed_graphs_mode(config) == "off":
         return []
     return token_buckets(config.engine.eager_token_multiple, config.workload.max_batch_tokens)
 

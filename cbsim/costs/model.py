@@ -38,7 +38,7 @@ from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.host_phase_costs import HostPhaseCosts
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
 from cbsim.costs.kernels import KernelCosts
-from cbsim.costs.mixed_graphs import buckets_of, piecewise
+from cbsim.costs.mixed_graphs import buckets_of, mixed_graphs_mode, piecewise
 from cbsim.costs.step_tables import StepMemo, StepTables
 
 
@@ -90,7 +90,7 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
         self.graph_sizes = sorted(config.engine.graph_batch_sizes)
         self.token_multiple = config.engine.eager_token_multiple
         self.token_buckets = buckets_of(config)  # [] with engine.mixed_graphs=off
-        self.piecewise = config.engine.mixed_graphs == "buckets"
+        self.piecewise = mixed_graphs_mode(config) == "buckets"
         self.upload_graphs = config.engine.upload_graphs  # first launches paid at capture
         self.short_max = config.engine.continuation_decode_max
         self.model, self.workload = m, w
