@@ -120,6 +120,9 @@ def test_async_overlaps_host_and_gpu_and_shares_the_graph_pool(config_factory):
             "workload.batch_size=32",
             "workload.prompt_len=64",
             "workload.gen_len=48",
+            # the decode graphs' pool (test_full_mixed_graphs_replay_the_eager_tokens: the
+            # prompt steps' graphs, whose activations the pool holds beside them)
+            "engine.mixed_graphs=off",
         ]
     )
     res = execute(config_factory(over), "async")
@@ -130,9 +133,7 @@ def test_async_overlaps_host_and_gpu_and_shares_the_graph_pool(config_factory):
     print(f"launched ahead of the previous forward's end: {ahead} of {len(comp)} steps")
     assert ahead > 0.5 * len(comp)
     assert res.summary["gc_collections_in_loop"] == 0  # the collector is off inside the loop
-    # engine.mixed_graphs=auto on CUDA: the prompt steps replay their full graphs too
-    assert res.trace.other_data["mixed_graphs"] == "full"
-    assert set(comp.name) == {S.GRAPH_REPLAY}
+    assert set(comp.name) == {S.GRAPH_REPLAY, S.FORWARD}
     mem = res.trace.other_data["memory"]
     one, both = mem["graph_pool_bytes_single_slot"], mem["graph_pool_bytes"]
     print(f"graph pool: one slot {one} B, two slots {both} B, graphs {mem['graphs']}")
@@ -202,13 +203,15 @@ def test_mixed_graphs_replay_the_eager_tokens(config_factory, case):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_full_mixed_graphs_replay_the_eager_tokens(config_factory, case):
-    """engine.mixed_graphs=full on CUDA (runtime/full_graphs.py): one graph per (slot, bucket)
-    on the shared pool, attention inside it (the varlen Triton kernel), replayed over each
-    step's metadata: sync == async == the switch off == generate; a step is one graph."""
+    """engine.mixed_graphs=full on CUDA (runtime/full_graphs.py), what the default (auto) runs
+    there: one graph per (slot, bucket) on the shared pool, attention inside it (the varlen
+    Triton kernel), replayed over each step's metadata: sync == async == the switch off ==
+    generate; a step is one graph."""
     over = GPU + CASES[case] + ["mode.attention=triton", "engine.graph_batch_sizes=[1,2,4]"]
     over += ["engine.eager_token_multiple=8"]
-    on = over + ["engine.mixed_graphs=full"]
-    off = execute(config_factory(over + ["engine=sync"]), "sync")
+    on = over  # engine.mixed_graphs=auto
+    off = execute(config_factory(over + ["engine=sync", "engine.mixed_graphs=off"]), "sync")
+    assert off.trace.other_data["mixed_graphs"] == "off"
     sync = execute(config_factory(on + ["engine=sync"]), "sync")
     asyn = execute(config_factory(on + ["engine=async"]), "async")
     assert_same_tokens(sync, off.outputs)
@@ -218,6 +221,7 @@ def test_full_mixed_graphs_replay_the_eager_tokens(config_factory, case):
         od = res.trace.other_data
         mem = od["memory"]
         print(f"{case} {od['engine']}: {mem}")
+        assert od["mixed_graphs"] == "full"
         assert (
             mem["mixed_graph_steps"]
             == mem["mixed_graphs"]
