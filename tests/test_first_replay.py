@@ -27,7 +27,8 @@ def _extra_launch_us(
     """Each graph step's launch with a first-launch cost of 2 us per node minus without it, and
     the config (the 1B shape)."""
     launches = []
-    eng = {"name": engine, "graph_width_classes": graph_width_classes}
+    # the decode graphs' first launches (the prompt steps' graphs off: eager)
+    eng = {"name": engine, "graph_width_classes": graph_width_classes, "mixed_graphs": "off"}
     eng["upload_graphs"] = upload_graphs
     for us in (0.0, 2.0):
         cfg = make("llama3_1b", engine=eng, **workload)

@@ -14,6 +14,7 @@ from cbsim.sim import run
 from cbsim.trace import Trace
 
 ONLINE = [
+    "engine.mixed_graphs=off",  # eager prompt steps, whose launches the GPU waits on
     "model=llama3_1b",
     "hardware=h200",
     "workload.batch_size=8",

@@ -91,6 +91,7 @@ def make_recording(
     extra: list[str] = (),
     gen_len: int = 32,
     overrides_only: bool = False,
+    mixed_graphs: str = "off",
 ) -> Path:
     overrides = (
         [*UNFITTED]
@@ -100,6 +101,9 @@ def make_recording(
             f"workload.batch_size={batch}",
             "workload.prompt_len=256",
             f"workload.gen_len={gen_len}",
+            # eager prompt steps: their kernel counts tell the per-kernel gap from the fixed
+            # cost (the engine holdout also runs with them graphed)
+            f"engine.mixed_graphs={mixed_graphs}",
             *extra,
         ]
     )
@@ -345,9 +349,16 @@ def test_steady_metrics_leave_the_first_step_out(recordings):
     assert manifest_of(rec.path, rec.path.parent).quirks.cold_first_step
 
 
-def test_engine_holdout_predicts_each_engine_from_the_other(recordings, tmp_path):
+@pytest.mark.parametrize("mixed_graphs", ["off", "auto"])
+def test_engine_holdout_predicts_each_engine_from_the_other(recordings, mixed_graphs, tmp_path):
     """holdout=engine: every async run from a profile fitted on sync runs only (and back), the
-    question asked before the async engine exists."""
+    question asked before the async engine exists; with the prompt steps eager, and replayed
+    from their token bucket's graph (the forward fit prices them as the simulator does)."""
+    if mixed_graphs != "off":
+        recordings = [
+            make_recording(tmp_path, b, e, *extra, mixed_graphs=mixed_graphs)
+            for b, e, *extra in RUNS
+        ]
     paths = ",".join(str(p) for p in recordings)
     cfg = load_config(
         compose_cfg(
@@ -384,6 +395,7 @@ def test_event_timed_view_counts_launch_bound_waits_as_busy():
         compose_cfg(
             [
                 "engine=sync",
+                "engine.mixed_graphs=off",  # an eager prompt step, launch-bound
                 "hardware.host.kernel_launch_us=400",
                 "workload.batch_size=8",
                 "workload.prompt_len=64",

@@ -154,8 +154,14 @@ class ForwardProblem:
         for i, (_, shapes, _) in enumerate(self.data):
             cm = self.cost_model(i, hw)
             for shape, graph, carry, own_span, idle in shapes:
-                padded = cm.graph_size(len(shape)) if graph else None
-                f = cm.forward(shape, graph=graph, carry_over=carry, padded_requests=padded)
+                padded, bucket = cm.graph_padding(shape) if graph else (None, None)
+                f = cm.forward(
+                    shape,
+                    graph=graph,
+                    carry_over=carry,
+                    padded_requests=padded,
+                    padded_tokens=bucket,
+                )
                 slow = cm.idle_slowdown_us(idle) if idle else 0.0
                 out.append(f.total_us + slow - (f.carry_over_us if own_span else 0.0))
         return np.asarray(out)

@@ -38,7 +38,7 @@ from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.host_phase_costs import HostPhaseCosts
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
 from cbsim.costs.kernels import KernelCosts
-from cbsim.costs.mixed_graphs import buckets_of, mixed_graphs_mode, piecewise
+from cbsim.costs.mixed_graphs import bucket_of, buckets_of, mixed_graphs_mode, piecewise
 from cbsim.costs.step_tables import StepMemo, StepTables
 
 
@@ -138,6 +138,14 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
             if size >= requests:
                 return size
         return None
+
+    def graph_padding(self, batch) -> tuple[int | None, int | None]:
+        """What a graph replaying ``batch`` computes: a decode graph's padded requests (one query
+        token each, the prompt's last among them) or a step's token bucket (engine.mixed_graphs);
+        (None, None): no graph holds it. The simulator's launch and the forward fit both ask."""
+        if batch.query_tokens == len(batch):
+            return self.graph_size(len(batch)), None
+        return None, bucket_of(self.token_buckets, batch.query_tokens)
 
     def forward(
         self,

@@ -17,7 +17,6 @@ from cbsim.costs import ForwardCost
 from cbsim.costs.attention_groups import extra_table_entries
 from cbsim.costs.clock import lagged
 from cbsim.costs.eager_tokens import eager_tokens
-from cbsim.costs.mixed_graphs import bucket_of
 from cbsim.scheduler import Batch
 from cbsim.sim.host_state import HostState, Launched
 from cbsim.sim.io_slots import IOSlot
@@ -79,12 +78,10 @@ def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
         and np.count_nonzero(batch.placeholder) > 0
     )
     # one query token per request (decode rows, or a prompt's last token among them): the
-    # runtime replays a graph for it (runtime/runner.py plan)
+    # runtime replays a graph for it (runtime/runner.py plan); a step with prompt tokens: the
+    # graphs of its token bucket, engine.mixed_graphs (costs/mixed_graphs.py; none: eager)
     one_each = batch.query_tokens == batch.num_requests
-    padded = costs.graph_size(batch.num_requests) if one_each else None
-    # a step with prompt tokens: piecewise graphs of its token bucket, with
-    # engine.mixed_graphs=buckets (costs/mixed_graphs.py; no buckets: eager)
-    tokens_bucket = None if one_each else bucket_of(costs.token_buckets, batch.query_tokens)
+    padded, tokens_bucket = costs.graph_padding(batch)
     graph = eng.cuda_graphs and (padded is not None or tokens_bucket is not None)
     fwd = costs.forward(
         batch,
