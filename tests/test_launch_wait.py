@@ -42,3 +42,28 @@ def test_a_recording_does_not_claim_a_launch_wait_it_cannot_measure():
     recorded = Trace(trace.events, {**trace.other_data, "source": "runtime"})
     assert recorded.source == "runtime"
     assert compute_metrics(recorded)["gpu_launch_wait_fraction"] is None
+
+
+def test_event_timed_view_counts_launch_bound_waits_as_busy():
+    """A host-bound eager forward: the simulator shows the stream idle while the kernels are
+    launched; the runtime's events time that wait inside the forward's span. The view used to
+    compare them moves the wait into the span, the spans still never overlap."""
+    from cbsim.trace import validate as validate_trace
+
+    cfg = make_config(
+        [
+            "engine=sync",
+            "engine.mixed_graphs=off",  # an eager prompt step, launch-bound
+            "hardware.host.kernel_launch_us=400",
+            "workload.batch_size=8",
+            "workload.prompt_len=64",
+            "workload.gen_len=4",
+        ]
+    )
+    sim = run(cfg, "sync")
+    waits = sim.span_frame({"launch_bound_us": 0.0}).launch_bound_us.sum()
+    assert waits > 0
+    timed = validate_trace(event_timed(sim).to_json_obj())
+    busy = [t.spans[t.spans.lane == "compute"].dur.sum() for t in (sim, timed)]
+    assert busy[1] - busy[0] == pytest.approx(waits)
+    assert timed.spans.end.max() == pytest.approx(sim.spans.end.max())

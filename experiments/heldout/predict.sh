@@ -9,8 +9,9 @@ out=${1:?OUT}; shift
 cases() {  # "name override override ..." per case of the preset
   python - <<'PY'
 import yaml
-for name, overrides in yaml.safe_load(open("conf/experiment/heldout.yaml"))["extra"]["cases"].items():
-    print(name, *overrides)
+extra = yaml.safe_load(open("conf/experiment/heldout.yaml"))["extra"]
+for name, overrides in extra["cases"].items():
+    print(name, *overrides, *extra.get("pass", []))
 PY
 }
 echo "# predicted by: python -m cbsim engine=compare <workload> $* ($(git rev-parse --short HEAD 2>/dev/null))" > "$out"
