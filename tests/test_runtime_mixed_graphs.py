@@ -216,7 +216,8 @@ def test_auto_runs_eagerly_on_a_cpu_and_the_trace_says_what_ran(config_factory):
     builds no mixed graphs and the trace records off; on CUDA it stays as the device allows."""
     from cbsim.runtime.piecewise import resolve_mixed_graphs
 
-    config = config_factory(BASE + ["engine=async"])
+    small = ["workload.batch_size=2", "workload.num_requests=2", "workload.prompt_len=8"]
+    config = config_factory(BASE + small + ["workload.gen_len=4", "engine=async"])
     assert config.engine.mixed_graphs == "auto"
     assert resolve_mixed_graphs(config, torch.device("cpu")).engine.mixed_graphs == "off"
     check_mixed_graphs(config, torch.device("cpu"), cpu_emulation=False)
