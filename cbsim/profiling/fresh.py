@@ -232,7 +232,7 @@ def add_fresh(root: Path, sources: list[str], device_name: str) -> list[str]:
                 "folders of fresh runs (python -m cbsim mode=runtime engine=compare, the fresh "
                 "probe's values, output.trace=true output.trace_gzip=true), one folder per machine"
             )
-        machines = {_machine_of(run, device_name, src) for run in runs}
+        machines = {_machine_of(run, device_name) for run in runs}
         if len(machines) != 1:
             raise ConfigError(
                 f"extra.fresh_from: {src} holds runs of {len(machines)} machines "
@@ -254,7 +254,7 @@ def add_fresh(root: Path, sources: list[str], device_name: str) -> list[str]:
     return [str(dest.relative_to(root)) for dest, _ in plans]
 
 
-def _machine_of(run: Path, device_name: str, src: str) -> str:
+def _machine_of(run: Path, device_name: str) -> str:
     """The short uuid of the GPU a fresh run recorded; refused if it is not ``device_name``."""
     try:
         hw = hardware_of(read_trace(run / "trace_sync.json.gz").other_data)

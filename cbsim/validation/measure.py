@@ -102,7 +102,8 @@ def banded_metrics(trace: Trace) -> dict[str, float]:
     """Total time and GPU idle as ``compute_metrics`` gives them (cbsim.trace.fold: the first
     event's start to the last one's end; the compute lane's busy union, or the default stream's
     where everything ran there), read off the events without the metric tables: a band's draws
-    need only these, and a few hundred draws a validation made the tables most of its time."""
+    need only these, and the tables of a validation's hundreds of draws would be most of its
+    time."""
     lane_of = trace.lane_of
     lo, hi, ilo, ihi = np.inf, -np.inf, np.inf, -np.inf
     on: dict[str, list[tuple[float, float]]] = {S.COMPUTE: [], S.DEFAULT: []}
