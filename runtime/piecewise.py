@@ -51,7 +51,7 @@ def check_mixed_graphs(config: CbsimConfig, device: torch.device, cpu_emulation:
     """engine.mixed_graphs=buckets or full captures CUDA graphs: on a CPU it runs only in the
     tests' emulation of the capture and replay; full runs attention in the Triton kernels."""
     mg = config.engine.mixed_graphs
-    if mg in ("off", "auto"):  # auto: what the device allows (engine.resolve_mixed_graphs)
+    if mg in ("off", "auto"):  # auto: what the device allows (resolve_mixed_graphs)
         return
     if device.type != "cuda" and not cpu_emulation:
         raise ConfigError(
