@@ -67,3 +67,45 @@ def test_runs_of_another_gpu_and_fresh_from_without_a_profile_are_refused(tmp_pa
         add_fresh(tmp_path / "profile", [str(tmp_path / "m")], H100)
     with pytest.raises(ConfigError, match="extra.fresh_from.*extra.refit"):
         read_options({"out": "d", "probes": [{"name": "reference"}], "fresh_from": ["m"]})
+
+
+def test_eager_runs_join_as_eager_runs_and_set_only_the_eager_launch_level(tmp_path):
+    """A machine's runs without CUDA graphs join as fresh/gpu-<uuid>/eager_<i>: they give an
+    eager launch factor and no host factor, and the level puts every eager launch cost at the
+    median eager factor, every other host cost at the host factor."""
+    from cbsim.profiling.fresh import EAGER_LAUNCH_COSTS, apply_level
+
+    profile = tmp_path / "profile"
+    shutil.copytree(REPO / "cbsim" / "profiles" / "h100_80gb_hbm3" / FRESH_DIR, profile / FRESH_DIR)
+    hw = make_config(["hardware=h100_80gb_hbm3"]).hardware
+    machine = REPO / "experiments" / "heldout" / "h100" / "fresh_gpu-d680c9a1"
+    only_eager = tmp_path / "m6"
+    for run in ("eager_1", "eager_2"):
+        shutil.copytree(machine / run, only_eager / f"x_{run}")
+    (added,) = add_fresh(profile, [str(only_eager)], H100)
+    assert sorted(p.name for p in (profile / added).iterdir()) == ["eager_1", "eager_2"]
+    level = fresh_level(profile, hw)
+    eager_runs = {k for k in level.eager_runs if k.startswith("gpu-")}
+    assert eager_runs == {f"{added.split('/')[1]}/eager_1", f"{added.split('/')[1]}/eager_2"}
+    assert not any(k.startswith("gpu-") for k in level.machines)  # no host factor from them
+    assert len(level.eager_runs) == 5 and level.eager == pytest.approx(
+        sorted(level.eager_runs.values())[2]
+    )
+    prov = {f"host.{k}": "fitted" for k in ("kernel_launch_us", "eager_forward_us", "event_us")}
+    scaled = apply_level(hw, level, prov)
+    for key in EAGER_LAUNCH_COSTS:
+        want = level.eager * getattr(hw.host, key)
+        assert getattr(scaled.host, key) == pytest.approx(want)
+        assert "eager launch factor" in prov[f"host.{key}"]
+    assert scaled.host.event_us == pytest.approx(level.host * hw.host.event_us)
+    assert "median host factor" in prov["host.event_us"]
+
+
+def test_the_fresh_eager_probe_is_the_first_probe_without_graphs_unless_named():
+    probes = [{"name": "reference"}, {"name": "e", "set": {"engine.cuda_graphs": False}}]
+    assert read_options({"out": "d", "probes": probes}).fresh_eager_probe == "e"
+    assert read_options({"out": "d", "probes": probes[:1]}).fresh_eager_probe is None
+    with pytest.raises(ConfigError, match="fresh_eager_probe='x' is not a probe; allowed: ref"):
+        read_options({"out": "d", "probes": probes, "fresh_eager_probe": "x"})
+    with pytest.raises(ConfigError, match="fresh_eager_runs=11; allowed: an integer 0 to 10"):
+        read_options({"out": "d", "probes": probes, "fresh_eager_runs": 11})

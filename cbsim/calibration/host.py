@@ -251,7 +251,9 @@ def wait_launch_spans(recs: list[Recorded], depth: int, level: Level | None) -> 
             if fwd.at[step, "graph"]:
                 out.graph.append((at_fast, nblocks))
             elif not launch_blocked(ts, dur, queue_free[step], fwd.at[step, "dur"], depth):
-                out.eager.append((at_fast, kernels[step], nblocks))
+                # as recorded: the speed level is read on the Python phases, which an eager
+                # launch does not follow (cbsim/profiling/fresh.py measures its own level)
+                out.eager.append((dur, kernels[step], nblocks))
                 out.eager_model.append(rec.model_key)
             else:
                 out.blocked += 1

@@ -128,8 +128,14 @@ def fit_profile(
         hw = apply_level(hw, level, prov)
         notes.append(
             f"host level: x{level.host:.3f} of the probes' fit, the median of "
-            f"{len(level.machines)} fresh runs ({FRESH_DIR}/), every host cost scaled by it; "
-            f"every forward by their median forward factor x{level.forward:.3f}"
+            f"{len(level.machines)} fresh runs ({FRESH_DIR}/), every host cost scaled by it"
+            + (
+                f" but the eager launch costs, by the median eager launch factor "
+                f"x{level.eager:.3f} of {len(level.eager_runs)} runs"
+                if level.eager is not None
+                else ""
+            )
+            + f"; every forward by their median forward factor x{level.forward:.3f}"
         )
     notes += keep_physical(hw, rates, prov)
     hw.provenance = {k: prov[k] for k in sorted(prov)}

@@ -14,6 +14,13 @@ profile takes their medians as its host and forward levels, and the spread of th
 logs as ``host.spread.between_calls``. Their traces stay in the profile directory (``fresh/``),
 so ``extra.refit`` measures the same.
 
+An eager launch (every kernel launched from Python, no graph) keeps a level of its own: on
+the H100 profile's machine the fresh runs ran the host phases at x0.59 of the probes' and their
+eager launches at x0.80-0.97, so the profile's eager launch costs (``EAGER_LAUNCH_COSTS``) take
+the median of the fresh runs' eager launch factors, their recorded eager launches over the
+simulated ones: the reference runs' eager steps, and runs of the eager probe (no CUDA graphs,
+``extra.fresh_eager_probe``, ``fresh/eager_<i>``), which give that factor only.
+
 One machine's processes are not every machine's: hosts of one cloud GPU sit at different levels
 (the H100's held-out machines: median host factors x0.97 to x2.45). Fresh runs recorded on other
 machines of the same GPU join the profile through ``extra.fresh_from`` (``add_fresh``), each
@@ -38,6 +45,7 @@ from cbsim.config.schema import HardwareConfig
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.options import Probe
 from cbsim.trace import TraceError, read_trace
+from cbsim.trace import schema as S
 from cbsim.trace.hardware import hardware_of
 from cbsim.validation.anchor import FACTOR_RANGE, CallMachine, measure_call
 from cbsim.validation.tasks import runtime_traces
@@ -47,6 +55,10 @@ FRESH_DIR = "fresh"
 # and the runtime (mode.*, engine.*), not what belongs to the profile command or its outputs
 PASSED = ("mode.", "engine.", "model=", "model.")
 HOST_PHASES = ("schedule", "prepare", "update")
+# the costs of an eager launch, which take the fresh runs' eager launch level where they have one
+EAGER_LAUNCH_COSTS = ("kernel_launch_us", "eager_forward_us")
+# fresh runs of the eager probe (fresh/eager_<i>, no CUDA graphs): the eager launch level only
+EAGER_PREFIX = "eager"
 
 
 def fresh_command(args: list[str], model: str | None, probe: Probe, folder: Path) -> list[str]:
@@ -81,11 +93,12 @@ def run_fresh(
     budget: Budget,
     each_s: float,
     reserve_s: float,
+    prefix: str = "run",
 ) -> int:
-    """``runs`` fresh processes of ``probe`` into out/fresh/run_<i>; returns how many ran."""
+    """``runs`` fresh processes of ``probe`` into out/fresh/<prefix>_<i>; returns how many ran."""
     done = 0
     for i in range(1, runs + 1):
-        folder = out / FRESH_DIR / f"run_{i}"
+        folder = out / FRESH_DIR / f"{prefix}_{i}"
         cmd = fresh_command(args, model, probe, folder)
 
         def once(cmd: list[str] = cmd) -> bool:
@@ -116,6 +129,13 @@ class FreshLevel:
     forward: float = 1.0
     # the median of the runs' host readings at start (cbsim/host.py; 0: none recorded)
     python_us: float = 0.0
+    # run -> its eager launches' factor (recorded over simulated), for runs with any; their
+    # median is the level of the eager launch costs (none: they take the host factor)
+    eager_runs: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def eager(self) -> float | None:
+        return statistics.median(self.eager_runs.values()) if self.eager_runs else None
 
 
 def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
@@ -126,13 +146,19 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     by_run: dict[str, dict[str, Any]] = {}
     for r in runtime_traces(load(paths, out / FRESH_DIR)):  # run_<i> or gpu-<uuid>/run_<i>
         by_run.setdefault(str(Path(r.name).parent), {})[r.engine] = r
-    machines, readings = {}, {}
+    machines, readings, eager, eager_only = {}, {}, {}, set()
     for run, engines in sorted(by_run.items()):
         sync = engines.get("sync")
         if sync is None:
             continue
         async_ = engines.get("async")
         runs = [r for r in (sync, async_) if r is not None]
+        eager_factors = [f for f in (eager_factor(r, hw) for r in runs) if f is not None]
+        if eager_factors:
+            eager[run] = math.exp(statistics.fmean(math.log(f) for f in eager_factors))
+        if Path(run).name.startswith(EAGER_PREFIX):
+            eager_only.add(run)  # its host phases and forwards are not the graphed ones'
+            continue
         host = math.exp(statistics.fmean(math.log(phase_factor(r, hw)) for r in runs))
         try:
             # a CPU smoke run records sync only: its forward is taken as profiled
@@ -151,7 +177,8 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     forward = statistics.median(m.forward for m in machines.values())
     known = [x for x in readings.values() if x is not None]
     python_us = round(statistics.median(known), 1) if len(known) == len(machines) else 0.0
-    return FreshLevel(machines, host, spread, forward, python_us)
+    eager = {run: f for run, f in eager.items() if run in machines or run in eager_only}
+    return FreshLevel(machines, host, spread, forward, python_us, eager)
 
 
 def phase_factor(rec, hw: HardwareConfig) -> float:
@@ -166,6 +193,24 @@ def phase_factor(rec, hw: HardwareConfig) -> float:
     return real / sim if sim > 0 and real > 0 else 1.0
 
 
+def eager_factor(rec, hw: HardwareConfig) -> float | None:
+    """A run's eager launches (steps whose forward ran without a graph): their recorded time
+    over the simulated run's; None where it has none."""
+    from cbsim.validation.measure import simulate_like
+
+    def eager_launch_us(trace) -> float:
+        sp = trace.spans
+        eager_steps = sp.loc[sp.name == S.FORWARD, "step"]
+        launches = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH) & sp.step.isin(eager_steps)]
+        return float(launches.dur.sum())
+
+    real = eager_launch_us(rec.trace)
+    if real <= 0:
+        return None
+    sim = eager_launch_us(simulate_like(rec, hw))
+    return real / sim if sim > 0 else None
+
+
 def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:
     """``hw`` with every host cost times the fresh runs' median factor and their median host
     reading as the one the costs hold at, every forward times their median forward factor
@@ -174,6 +219,11 @@ def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> 
     provenance says so."""
     host = host_times_scaled(hw.host, level.host)
     n = len(level.machines)
+    eager = level.eager
+    if eager is not None:  # the eager launch costs at their own level (the module docstring)
+        host = dataclasses.replace(
+            host, **{k: eager * getattr(hw.host, k) for k in EAGER_LAUNCH_COSTS}
+        )
     scale = round(hw.gpu.spread.forward_scale * level.forward, 4)
     spread_gpu = dataclasses.replace(hw.gpu.spread, forward_scale=scale)
     hw = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, spread=spread_gpu))
@@ -181,9 +231,16 @@ def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> 
         f"measured: x{level.forward:.3f}, the median forward factor of {n} fresh runs ({FRESH_DIR}/)"
     )
     note = f"x{level.host:.3f}, the median host factor of {n} fresh runs ({FRESH_DIR}/)"
+    eager_note = (
+        f"x{eager:.3f}, the median eager launch factor of {len(level.eager_runs)} fresh runs "
+        f"({FRESH_DIR}/)"
+        if eager is not None
+        else None
+    )
     for key in prov:
         if key.startswith("host.") and not key.startswith(("host.spread.", "host.level.")):
-            prov[key] = f"{prov[key]}; times {note}"
+            own = eager_note if eager_note and key[len("host.") :] in EAGER_LAUNCH_COSTS else None
+            prov[key] = f"{prov[key]}; times {own or note}"
     host = dataclasses.replace(
         host, level=dataclasses.replace(host.level, python_us=level.python_us)
     )
@@ -209,9 +266,16 @@ def level_summary(level: FreshLevel) -> dict[str, Any]:
         "forward_factor": round(level.forward, 4),
         "between_calls": round(level.between_calls, 4),
         "python_us": level.python_us,
+        "eager_factor": None if level.eager is None else round(level.eager, 4),
         "runs": {
-            run: {"host": round(m.host, 4), "forward": round(m.forward, 4)}
-            for run, m in level.machines.items()
+            run: (
+                {"host": round(level.machines[run].host, 4)}
+                | {"forward": round(level.machines[run].forward, 4)}
+                if run in level.machines
+                else {}
+            )
+            | ({"eager": round(level.eager_runs[run], 4)} if run in level.eager_runs else {})
+            for run in sorted({*level.machines, *level.eager_runs})
         },
     }
 
@@ -248,10 +312,19 @@ def add_fresh(root: Path, sources: list[str], device_name: str) -> list[str]:
     for dest, runs in plans:
         partial = dest.with_name(dest.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        for i, run in enumerate(runs, 1):
-            shutil.copytree(run, partial / f"run_{i}", ignore=shutil.ignore_patterns(".cbsim.lock"))
+        counts = {"run": 0, EAGER_PREFIX: 0}
+        for run in runs:  # a run without CUDA graphs is an eager run (the eager level only)
+            kind = "run" if _graphed(run) else EAGER_PREFIX
+            counts[kind] += 1
+            name = f"{kind}_{counts[kind]}"
+            shutil.copytree(run, partial / name, ignore=shutil.ignore_patterns(".cbsim.lock"))
         partial.rename(dest)
     return [str(dest.relative_to(root)) for dest, _ in plans]
+
+
+def _graphed(run: Path) -> bool:
+    """Whether a GPU run replayed CUDA graphs (its trace's otherData.cuda_graphs)."""
+    return bool(read_trace(run / "trace_sync.json.gz").other_data.get("cuda_graphs", True))
 
 
 def _machine_of(run: Path, device_name: str) -> str:

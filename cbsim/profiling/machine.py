@@ -34,7 +34,7 @@ from cbsim.host import cpu_model, python_speed_us
 from cbsim.profiling import profile_dir as pd
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.fit import fit_profile
-from cbsim.profiling.fresh import add_fresh, run_fresh
+from cbsim.profiling.fresh import EAGER_PREFIX, add_fresh, run_fresh
 from cbsim.profiling.options import ProfileOptions, read_options
 from cbsim.profiling.probes import PROBES_DIR, check_probes, run_probes
 from cbsim.profiling.profile_dir import KERNELS_DIR
@@ -163,7 +163,7 @@ def _measure(config, opts, models, base, est, budget, work, command) -> dict[str
     device = check_device(config, "sync")
     others = {m: opts.probes_of(m) for m in list(models)[1:]}
     runs = sum(p.repeat * 2 for p in [*opts.probes, *(p for ps in others.values() for p in ps)])
-    fresh_s = est["fresh_run"] * opts.fresh_runs
+    fresh_s = est["fresh_run"] * (opts.fresh_runs + opts.fresh_eager_runs)
     tables = 0 if opts.kernel_tables else len(models)
     budget.ahead_s = est["rates"] + est["kernels"] * tables + est["probe_run"] * runs
     budget.ahead_s += fresh_s + est["fit"]
@@ -232,13 +232,20 @@ def _all_probes(config, opts, models, others, budget, work, each_s, reserve_s) -
 
 
 def _fresh_runs(opts: ProfileOptions, command: str, work: Path, budget: Budget, est) -> None:
-    """The fresh probe again in separate processes, as a user runs it (cbsim.profiling.fresh)."""
-    probe = next((p for p in opts.probes if p.name == opts.fresh_probe), None)
-    if probe is None or not opts.fresh_runs:
-        return
+    """The fresh probe, then the fresh eager probe, again in separate processes, as a user
+    runs them (cbsim.profiling.fresh)."""
     args = shlex.split(command)[3:]  # after "python -m cbsim"
     model = opts.models[0] if opts.models else None
-    run_fresh(args, model, probe, work, opts.fresh_runs, budget, est["fresh_run"], est["fit"])
+    kinds = [
+        (opts.fresh_probe, opts.fresh_runs, "run", opts.fresh_eager_runs),
+        (opts.fresh_eager_probe, opts.fresh_eager_runs, EAGER_PREFIX, 0),
+    ]
+    for name, runs, prefix, later in kinds:
+        probe = next((p for p in opts.probes if p.name == name), None)
+        if probe is None or not runs:
+            continue
+        reserve = est["fit"] + est["fresh_run"] * later
+        run_fresh(args, model, probe, work, runs, budget, est["fresh_run"], reserve, prefix)
 
 
 def _kernel_tables(config, opts, models, each_s, reserve_s, budget, work, command) -> None:

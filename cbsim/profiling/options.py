@@ -38,6 +38,10 @@ EXTRA_KEYS = {
     "fresh_runs": "separate `python -m cbsim` processes of the fresh_probe, whose median host "
     "factor sets the profile's host level and whose spread sets host.spread.between_calls (0: none)",
     "fresh_probe": "the probe (a name in extra.probes) the fresh runs repeat",
+    "fresh_eager_runs": "separate processes of the fresh_eager_probe, whose median eager launch "
+    "factor sets the level of the eager launch costs (0: the fresh runs' eager steps, if any)",
+    "fresh_eager_probe": "the probe (a name in extra.probes) the fresh eager runs repeat; "
+    "null: the first probe that sets engine.cuda_graphs false (none: no eager runs)",
     "fresh_from": "with extra.refit: folders of fresh runs recorded on other machines of this GPU "
     "(one folder per machine), added to the profile's fresh/ before it is refitted",
 }
@@ -72,6 +76,8 @@ class ProfileOptions:
     starts: int = 3
     fresh_runs: int = 3
     fresh_probe: str = "reference"
+    fresh_eager_runs: int = 2
+    fresh_eager_probe: str | None = None
     fresh_from: list[str] = field(default_factory=list)
     cpu: dict[str, Any] = field(default_factory=dict)
 
@@ -90,8 +96,14 @@ class ProfileOptions:
         kernels = {**self.kernels, **(self.cpu.get("kernels") or {})}
         fresh = min(self.fresh_runs, int(self.cpu.get("fresh_runs", self.fresh_runs)))
         model_probes = [n for n in self.model_probes if n in only]
+        # on a CPU every run launches eagerly: the fresh runs measure that level already
         return dataclasses.replace(
-            self, probes=probes, model_probes=model_probes, kernels=kernels, fresh_runs=fresh
+            self,
+            probes=probes,
+            model_probes=model_probes,
+            kernels=kernels,
+            fresh_runs=fresh,
+            fresh_eager_runs=0,
         )
 
     def probes_of(self, model: str) -> list[Probe]:
@@ -198,17 +210,14 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
     o.cpu = dict(cpu)
     o.forward_samples = int(_number("forward_samples", extra.get("forward_samples", 240), 7, 1e6))
     o.starts = int(_number("starts", extra.get("starts", 3), 0, 3))
-    o.fresh_runs = extra.get("fresh_runs", 3)
-    if not isinstance(o.fresh_runs, int) or isinstance(o.fresh_runs, bool) or o.fresh_runs > 10:
-        raise ConfigError(f"extra.fresh_runs={o.fresh_runs!r}; allowed: an integer 0 to 10")
-    if o.fresh_runs < 0:
-        raise ConfigError(f"extra.fresh_runs={o.fresh_runs!r}; allowed: an integer 0 to 10")
-    o.fresh_probe = _names("fresh_probe", extra.get("fresh_probe", "reference"))[0]
-    if o.fresh_runs and o.refit is None and o.fresh_probe not in {p.name for p in o.probes}:
-        raise ConfigError(
-            f"extra.fresh_probe={o.fresh_probe!r} is not a probe; allowed: "
-            f"{', '.join(p.name for p in o.probes)}"
-        )
+    o.fresh_runs = _runs("fresh_runs", extra.get("fresh_runs", 3))
+    o.fresh_probe = _fresh_probe(o, "fresh_probe", extra.get("fresh_probe", "reference"))
+    o.fresh_eager_runs = _runs("fresh_eager_runs", extra.get("fresh_eager_runs", 2))
+    eager = extra.get("fresh_eager_probe")
+    if eager is None:  # the first probe without CUDA graphs
+        no_graphs = (p.name for p in o.probes if p.values.get("engine.cuda_graphs") is False)
+        eager = next(no_graphs, None)
+    o.fresh_eager_probe = eager and _fresh_probe(o, "fresh_eager_probe", eager)
     o.fresh_from = _paths("fresh_from", extra.get("fresh_from"))
     if o.fresh_from and o.refit is None:
         raise ConfigError(
@@ -216,6 +225,24 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
             "extra.refit=DIR (the profile directory)"
         )
     return o
+
+
+def _runs(key: str, value: Any) -> int:
+    """A count of fresh runs: an integer 0 to 10."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10:
+        raise ConfigError(f"extra.{key}={value!r}; allowed: an integer 0 to 10")
+    return value
+
+
+def _fresh_probe(o: ProfileOptions, key: str, value: Any) -> str:
+    """The probe a kind of fresh run repeats: one of the probes where runs of it will run."""
+    name = _names(key, value)[0]
+    runs = o.fresh_runs if key == "fresh_probe" else o.fresh_eager_runs
+    if runs and o.refit is None and name not in {p.name for p in o.probes}:
+        raise ConfigError(
+            f"extra.{key}={name!r} is not a probe; allowed: {', '.join(p.name for p in o.probes)}"
+        )
+    return name
 
 
 def _paths(key: str, value: Any) -> list[str]:

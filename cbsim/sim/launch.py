@@ -41,8 +41,12 @@ class StepPlan:
 
 @dataclass(slots=True, frozen=True)
 class LaunchHost:
-    """A launch's host costs (microseconds) at the host's speed factor when it starts; the
-    steady stretch (stretch_loop.py) charges the very same products."""
+    """A launch's host costs (microseconds) at the host's speed factor when it starts, but an
+    eager launch's own (per kernel, per forward) at the profile's eager level: its level is not
+    the Python phases' (the H100 profile's machine: fresh processes ran the phases at x0.59 of
+    the probes and the eager launches at x0.80-0.97; held-out processes reading a host twice as
+    slow at start launched eagerly about 1.2x as long). The steady stretch (stretch_loop.py)
+    charges the very same products."""
 
     per_block: float  # launch_per_block_us: staging one block-table entry
     copy: float  # copy_launch_us
@@ -58,8 +62,8 @@ class LaunchHost:
             factor * hc.copy_launch_us,
             factor * hc.event_us,
             factor * hc.graph_launch_us,
-            factor * hc.kernel_launch_us,
-            factor * hc.eager_forward_us,
+            hc.kernel_launch_us,
+            hc.eager_forward_us,
         )
 
     def eager_kernel(self, kernels: int) -> float:
