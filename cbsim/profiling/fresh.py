@@ -15,8 +15,8 @@ logs as ``host.spread.between_calls``. Their traces stay in the profile director
 so ``extra.refit`` measures the same.
 
 An eager launch (every kernel launched from Python, no graph) keeps a level of its own: on
-the H100 profile's machine the fresh runs ran the host phases at x0.59 of the probes' and their
-eager launches at x0.80-0.97, so the profile's eager launch costs (``EAGER_LAUNCH_COSTS``) take
+the H100 profile's machine the fresh runs ran the host phases at x0.59 of the probes' fit and
+their eager launches at x1.21-1.45 of it, so the profile's eager launch costs (``EAGER_LAUNCH_COSTS``) take
 the median of the fresh runs' eager launch factors, their recorded eager launches over the
 simulated ones: the reference runs' eager steps, and runs of the eager probe (no CUDA graphs,
 ``extra.fresh_eager_probe``, ``fresh/eager_<i>``), which give that factor only.

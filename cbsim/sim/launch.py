@@ -44,9 +44,9 @@ class LaunchHost:
     """A launch's host costs (microseconds) at the host's speed factor when it starts, but an
     eager launch's own (per kernel, per forward) at the profile's eager level: its level is not
     the Python phases' (the H100 profile's machine: fresh processes ran the phases at x0.59 of
-    the probes and the eager launches at x0.80-0.97; held-out processes reading a host twice as
-    slow at start launched eagerly about 1.2x as long). The steady stretch (stretch_loop.py)
-    charges the very same products."""
+    the probes' fit and the eager launches at x1.21-1.45; held-out processes reading a host
+    twice as slow at start launched eagerly about 1.2x as long). The steady stretch
+    (stretch_loop.py) charges the very same products."""
 
     per_block: float  # launch_per_block_us: staging one block-table entry
     copy: float  # copy_launch_us
