@@ -5,8 +5,9 @@ for.
 Separate processes of one GPU machine run their host phases at levels up to 3x apart, and the
 runtime reads its host at start (``host_python_us`` in every trace's hardware: cbsim/host.py's
 fixed scheduler-like Python, in microseconds). A profile records the reading its host costs
-hold at; a prediction for another host sets that host's reading, and every host cost scales by
-the ratio (the simulator's host speed, cbsim/sim/host_speed.py).
+hold at; a prediction for another host sets that host's reading, and every host cost but an
+eager launch's own scales by the ratio (the simulator's host speed, cbsim/sim/host_speed.py;
+an eager launch keeps the profile's level, cbsim/sim/launch.py).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ class HostLevel:
     python_us: float = 0.0
     # the host the prediction is for, by the same reading (a runtime trace's
     # otherData.hardware.host_python_us, or `python -c "from cbsim.host import
-    # python_speed_us; print(python_speed_us())"` on that host): every host cost times
-    # machine_python_us / python_us. 0 = the profile's own host
+    # python_speed_us; print(python_speed_us())"` on that host): every host cost but an eager
+    # launch's own times machine_python_us / python_us. 0 = the profile's own host
     machine_python_us: float = 0.0
 
     def __post_init__(self) -> None:
