@@ -212,8 +212,9 @@ def eager_factor(rec, hw: HardwareConfig) -> float | None:
 
 
 def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:
-    """``hw`` with every host cost times the fresh runs' median factor and their median host
-    reading as the one the costs hold at, every forward times their median forward factor
+    """``hw`` with every host cost times the fresh runs' median factor (the eager launch costs
+    times their median eager launch factor, where any run launched eagerly) and their median
+    host reading as the one the costs hold at, every forward times their median forward factor
     (separate processes' forwards ran 3-6% slower than one process's probes: the H100's and
     the H200's recorded reference runs), and their spread as ``host.spread.between_calls``;
     provenance says so."""
