@@ -208,10 +208,10 @@ def assert_judged(judged: dict, want: dict[str, tuple[float, bool]]) -> dict[str
 
 # docs/validation.md's H100 held-out judgement: the committed recording, the committed profile
 H100_JUDGED = {
-    "async speedup RMSE vs workload means (points)": (3.51, False),
-    "async total median |error| (%)": (2.02, False),
-    "async total max |error| (%)": (13.52, False),
-    "sync total median |error| (%)": (4.04, False),
+    "async speedup RMSE vs workload means (points)": (3.59, False),
+    "async total median |error| (%)": (2.06, False),
+    "async total max |error| (%)": (5.39, False),
+    "sync total median |error| (%)": (3.85, False),
     "sync GPU idle median |error| (pp)": (0.70, True),
 }
 
@@ -238,7 +238,7 @@ def test_the_h100_held_out_judgement_in_the_docs_is_what_the_committed_data_give
     judged = json.loads((tmp_path / "validation.json").read_text())["judged"]
     checks = assert_judged(judged, H100_JUDGED)
     below = next(c for k, c in checks.items() if k.startswith("RMSE below the constant"))
-    assert below["passed"] and below["value"] == pytest.approx(0.45, abs=0.01)
+    assert below["passed"] and below["value"] == pytest.approx(0.44, abs=0.01)
     assert below["baseline_rmse_points"] == pytest.approx(6.41, abs=0.01)
 
 
