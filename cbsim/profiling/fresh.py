@@ -40,11 +40,12 @@ from typing import Any
 
 from cbsim.bands import host_times_scaled
 from cbsim.calibration.recordings import load
+from cbsim.calibration.simulated import simulate_like
 from cbsim.config.errors import ConfigError
 from cbsim.config.schema import HardwareConfig
 from cbsim.profiling.budget import Budget
 from cbsim.profiling.options import Probe
-from cbsim.trace import TraceError, read_trace
+from cbsim.trace import Trace, TraceError, read_trace
 from cbsim.trace import schema as S
 from cbsim.trace.hardware import hardware_of
 from cbsim.validation.anchor import FACTOR_RANGE, CallMachine, measure_call
@@ -153,13 +154,14 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
             continue
         async_ = engines.get("async")
         runs = [r for r in (sync, async_) if r is not None]
-        eager_factors = [f for f in (eager_factor(r, hw) for r in runs) if f is not None]
+        sims = [simulate_like(r, hw) for r in runs]  # each run simulated once, for both factors
+        eager_factors = [f for f in map(eager_factor, runs, sims) if f is not None]
         if eager_factors:
             eager[run] = math.exp(statistics.fmean(math.log(f) for f in eager_factors))
         if Path(run).name.startswith(EAGER_PREFIX):
             eager_only.add(run)  # its host phases and forwards are not the graphed ones'
             continue
-        host = math.exp(statistics.fmean(math.log(phase_factor(r, hw)) for r in runs))
+        host = math.exp(statistics.fmean(math.log(f) for f in map(phase_factor, runs, sims)))
         try:
             # a CPU smoke run records sync only: its forward is taken as profiled
             forward = measure_call(sync, async_, hw, "none").forward if async_ else 1.0
@@ -181,34 +183,29 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     return FreshLevel(machines, host, spread, forward, python_us, eager)
 
 
-def phase_factor(rec, hw: HardwareConfig) -> float:
-    """A run's host factor: its schedule, prepare and update time over the simulated run's."""
-    from cbsim.validation.measure import simulate_like
+def phase_factor(rec, sim: Trace) -> float:
+    """A run's host factor: its schedule, prepare and update time over its simulation's."""
 
-    def phases(trace) -> float:
+    def phases(trace: Trace) -> float:
         sp = trace.spans
         return float(sp[sp.name.isin(HOST_PHASES)].dur.sum())
 
-    sim, real = phases(simulate_like(rec, hw)), phases(rec.trace)
-    return real / sim if sim > 0 and real > 0 else 1.0
+    simulated, real = phases(sim), phases(rec.trace)
+    return real / simulated if simulated > 0 and real > 0 else 1.0
 
 
-def eager_factor(rec, hw: HardwareConfig) -> float | None:
+def eager_factor(rec, sim: Trace) -> float | None:
     """A run's eager launches (steps whose forward ran without a graph): their recorded time
-    over the simulated run's; None where it has none."""
-    from cbsim.validation.measure import simulate_like
+    over its simulation's; None where it has none."""
 
-    def eager_launch_us(trace) -> float:
+    def eager_launch_us(trace: Trace) -> float:
         sp = trace.spans
         eager_steps = sp.loc[sp.name == S.FORWARD, "step"]
         launches = sp[(sp.lane == S.HOST) & (sp.name == S.LAUNCH) & sp.step.isin(eager_steps)]
         return float(launches.dur.sum())
 
-    real = eager_launch_us(rec.trace)
-    if real <= 0:
-        return None
-    sim = eager_launch_us(simulate_like(rec, hw))
-    return real / sim if sim > 0 else None
+    real, simulated = eager_launch_us(rec.trace), eager_launch_us(sim)
+    return real / simulated if real > 0 and simulated > 0 else None
 
 
 def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> HardwareConfig:
@@ -261,23 +258,21 @@ def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> 
 
 
 def level_summary(level: FreshLevel) -> dict[str, Any]:
-    """For the manifest: each run's host and forward factor, the median and the spread."""
+    """For the manifest: each run's host, forward and eager launch factor, the medians and the
+    spread."""
+    runs: dict[str, dict[str, float]] = {
+        run: {"host": round(m.host, 4), "forward": round(m.forward, 4)}
+        for run, m in level.machines.items()
+    }
+    for run, factor in level.eager_runs.items():
+        runs.setdefault(run, {})["eager"] = round(factor, 4)
     return {
         "host_factor": round(level.host, 4),
         "forward_factor": round(level.forward, 4),
         "between_calls": round(level.between_calls, 4),
         "python_us": level.python_us,
         "eager_factor": None if level.eager is None else round(level.eager, 4),
-        "runs": {
-            run: (
-                {"host": round(level.machines[run].host, 4)}
-                | {"forward": round(level.machines[run].forward, 4)}
-                if run in level.machines
-                else {}
-            )
-            | ({"eager": round(level.eager_runs[run], 4)} if run in level.eager_runs else {})
-            for run in sorted({*level.machines, *level.eager_runs})
-        },
+        "runs": dict(sorted(runs.items())),
     }
 
 
