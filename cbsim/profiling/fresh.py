@@ -292,7 +292,8 @@ def add_fresh(root: Path, sources: list[str], device_name: str) -> list[str]:
                 "folders of fresh runs (python -m cbsim mode=runtime engine=compare, the fresh "
                 "probe's values, output.trace=true output.trace_gzip=true), one folder per machine"
             )
-        machines = {_machine_of(run, device_name) for run in runs}
+        others = {run: _other_data(run) for run in runs}
+        machines = {_machine_of(run, others[run], device_name) for run in runs}
         if len(machines) != 1:
             raise ConfigError(
                 f"extra.fresh_from: {src} holds runs of {len(machines)} machines "
@@ -304,13 +305,14 @@ def add_fresh(root: Path, sources: list[str], device_name: str) -> list[str]:
                 f"extra.fresh_from: {src}: the profile already holds this machine's fresh runs "
                 f"({dest}); allowed: runs of a machine not added yet (remove {dest} to replace)"
             )
-        plans.append((dest, runs))
+        # a run without CUDA graphs is an eager run (the eager launch level only)
+        plans.append((dest, [(run, others[run].get("cuda_graphs", True)) for run in runs]))
     for dest, runs in plans:
         partial = dest.with_name(dest.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         counts = {"run": 0, EAGER_PREFIX: 0}
-        for run in runs:  # a run without CUDA graphs is an eager run (the eager level only)
-            kind = "run" if _graphed(run) else EAGER_PREFIX
+        for run, graphed in runs:
+            kind = "run" if graphed else EAGER_PREFIX
             counts[kind] += 1
             name = f"{kind}_{counts[kind]}"
             shutil.copytree(run, partial / name, ignore=shutil.ignore_patterns(".cbsim.lock"))
@@ -318,17 +320,17 @@ def add_fresh(root: Path, sources: list[str], device_name: str) -> list[str]:
     return [str(dest.relative_to(root)) for dest, _ in plans]
 
 
-def _graphed(run: Path) -> bool:
-    """Whether a GPU run replayed CUDA graphs (its trace's otherData.cuda_graphs)."""
-    return bool(read_trace(run / "trace_sync.json.gz").other_data.get("cuda_graphs", True))
-
-
-def _machine_of(run: Path, device_name: str) -> str:
-    """The short uuid of the GPU a fresh run recorded; refused if it is not ``device_name``."""
+def _other_data(run: Path) -> dict[str, Any]:
+    """A fresh run's trace metadata (its sync trace's otherData), refused in one line if unread."""
     try:
-        hw = hardware_of(read_trace(run / "trace_sync.json.gz").other_data)
+        return read_trace(run / "trace_sync.json.gz").other_data
     except TraceError as exc:
         raise ConfigError(f"extra.fresh_from: {run}: {exc}") from None
+
+
+def _machine_of(run: Path, other: dict[str, Any], device_name: str) -> str:
+    """The short uuid of the GPU a fresh run recorded; refused if it is not ``device_name``."""
+    hw = hardware_of(other)
     name, uuid = str(hw.get("name") or ""), str(hw.get("uuid") or "")
     if device_name and name != device_name:
         raise ConfigError(
