@@ -211,13 +211,14 @@ def read_options(extra: dict[str, Any]) -> ProfileOptions:
     o.forward_samples = int(_number("forward_samples", extra.get("forward_samples", 240), 7, 1e6))
     o.starts = int(_number("starts", extra.get("starts", 3), 0, 3))
     o.fresh_runs = _runs("fresh_runs", extra.get("fresh_runs", 3))
-    o.fresh_probe = _fresh_probe(o, "fresh_probe", extra.get("fresh_probe", "reference"))
+    fresh = extra.get("fresh_probe", "reference")
+    o.fresh_probe = _fresh_probe(o, "fresh_probe", fresh, o.fresh_runs)
     o.fresh_eager_runs = _runs("fresh_eager_runs", extra.get("fresh_eager_runs", 2))
     eager = extra.get("fresh_eager_probe")
     if eager is None:  # the first probe without CUDA graphs
         no_graphs = (p.name for p in o.probes if p.values.get("engine.cuda_graphs") is False)
         eager = next(no_graphs, None)
-    o.fresh_eager_probe = eager and _fresh_probe(o, "fresh_eager_probe", eager)
+    o.fresh_eager_probe = eager and _fresh_probe(o, "fresh_eager_probe", eager, o.fresh_eager_runs)
     o.fresh_from = _paths("fresh_from", extra.get("fresh_from"))
     if o.fresh_from and o.refit is None:
         raise ConfigError(
@@ -234,10 +235,9 @@ def _runs(key: str, value: Any) -> int:
     return value
 
 
-def _fresh_probe(o: ProfileOptions, key: str, value: Any) -> str:
-    """The probe a kind of fresh run repeats: one of the probes where runs of it will run."""
+def _fresh_probe(o: ProfileOptions, key: str, value: Any, runs: int) -> str:
+    """The probe a kind of fresh run repeats: one of the probes where ``runs`` of it will run."""
     name = _names(key, value)[0]
-    runs = o.fresh_runs if key == "fresh_probe" else o.fresh_eager_runs
     if runs and o.refit is None and name not in {p.name for p in o.probes}:
         raise ConfigError(
             f"extra.{key}={name!r} is not a probe; allowed: {', '.join(p.name for p in o.probes)}"
