@@ -317,6 +317,11 @@ def other_data(
         # what the build fused (mode.fuse_*; CUDA only): the simulator counts the same kernels
         "fused": runner.fused,
         "graph_buckets": runner.buckets,
+        # engine.graph_memsets: the graphs' memset nodes rewritten as fill kernels, how many
+        "graph_memsets": {
+            "mode": config.engine.graph_memsets if runner.memsets else "keep",
+            "rewritten": runner.memsets.rewritten if runner.memsets else 0,
+        },
         # engine.mixed_graphs=buckets or full: the token buckets steps with prompt tokens replay
         # at, piecewise or whole (cbsim.costs.mixed_graphs.token_buckets); [] when eager
         "mixed_graphs": config.engine.mixed_graphs,

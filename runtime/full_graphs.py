@@ -19,12 +19,14 @@ buffer outside the graph pool (``out``), whose padding rows keep whatever finite
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import torch
 
 from cbsim.config.errors import ConfigError
 
+from .graph_memsets import capture_graph
 from .io_slots import IOSlot, Layout
 from .kernels.varlen_attention import (
     tile_capacity,
@@ -229,9 +231,8 @@ class FullGraphs:
         for slot in self.runner.slots:
             for b in order:
                 self._load(slot, b)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, stream=stream):
-                    self.body(slot, self.layouts[b])
+                body = partial(self.body, slot, self.layouts[b])
+                graph = capture_graph(body, pool, stream, self.runner.memsets)
                 self.graphs[(slot.index, b)] = graph
                 if self.runner.upload_graphs:  # the first launch uploads it: not in a step
                     graph.replay()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from cbsim.costs.mixed_graphs import bucket_of, buckets_of, mixed_graphs_mode
 from .attention import ATTN_NAME, AttnMeta, load_decode_kernel, register
 from .device_info import select_blas
 from .full_graphs import FullGraphs
+from .graph_memsets import MemsetRewriter, capture_graph
 from .io_slots import (
     SECTIONS,
     IOSlot,
@@ -117,6 +119,8 @@ class ModelRunner:
         # the decode graphs' GEMMs: the library is fixed when a graph is captured
         self.graph_blas = config.mode.graph_blas if device.type == "cuda" else "none"
         self.upload_graphs = config.engine.upload_graphs  # each graph launched once at capture
+        rewrite = device.type == "cuda" and config.engine.graph_memsets == "kernels"
+        self.memsets = MemsetRewriter() if rewrite else None  # memset nodes as fill kernels
         self.split_argmax = device.type == "cuda" and config.mode.split_argmax
         self.model = runtime_model(config, device, model)
         self.shape = model_shape(self.model)
@@ -352,9 +356,12 @@ class ModelRunner:
         for slot in self.slots:
             for b, w in order:
                 self._load_dummy(slot, b)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self.pool, stream=stream):
-                    self.step_body(slot, self.graph_layouts[b], w)
+                g = capture_graph(
+                    partial(self.step_body, slot, self.graph_layouts[b], w),
+                    self.pool,
+                    stream,
+                    self.memsets,
+                )
                 self.graphs[(slot.index, b, w)] = g
                 if self.upload_graphs:  # a graph's first launch uploads it: here, not in a step
                     g.replay()

@@ -54,6 +54,10 @@ BAD_VALUES = [
     (["engine.io_slots=3"], "engine.io_slots"),
     (["engine.eager_token_multiple=0"], "engine.eager_token_multiple"),
     (["engine.streams=four"], "allowed: three, one, default"),
+    (
+        ["engine.graph_memsets=drop"],
+        "engine.graph_memsets=drop is not an option; allowed: kernels, keep",
+    ),
     (["engine.carry_over=false"], "engine.carry_over"),
     (["engine.graph_batch_sizes=[]"], "engine.graph_batch_sizes"),
     (["mode=runtime", "engine.io_slots=1"], "engine.io_slots=1"),

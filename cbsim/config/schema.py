@@ -42,6 +42,7 @@ LENGTH_DISTS = ("fixed", "uniform", "lognormal", "file")
 ARRIVALS = ("offline", "poisson")
 STREAM_MODES = ("three", "one", "default")
 MIXED_GRAPHS = ("auto", "full", "buckets", "off")
+GRAPH_MEMSETS = ("kernels", "keep")
 BAND_CHOICES = ("auto", "true", "false")
 # the extra keys task=run reads, each with what it does (calibrate and validate declare theirs
 # in cbsim.validation.tasks.EXTRA_KEYS, capacity in cbsim.capacity.EXTRA_KEYS; profile_kernels
@@ -221,6 +222,12 @@ class EngineConfig:
     # eagerly, the what-if both back ends model; "auto": full where CUDA graphs run with the
     # Triton attention, else off (costs/mixed_graphs.py: mixed_graphs_mode)
     mixed_graphs: str = "auto"
+    # "kernels": a captured graph's memset nodes (cuBLAS zeroing its workspace before a
+    # cooperative GEMM, from 768 tokens on) rewritten as fill kernel nodes, which the driver
+    # launches with the rest (a memset node costs about 1.7 us of host time at replay, a kernel
+    # node 0.03 us; runtime/graph_memsets.py); "keep": as captured. Runtime only: the simulator's
+    # graph launch costs are fitted on recorded launches
+    graph_memsets: str = "kernels"
 
     def __post_init__(self) -> None:
         check_choice("engine.name", self.name, ENGINES)
@@ -229,6 +236,7 @@ class EngineConfig:
         check_range("engine.eager_token_multiple", self.eager_token_multiple, 1, 1024)
         check_range("engine.continuation_decode_max", self.continuation_decode_max, 0, 8192)
         check_choice("engine.mixed_graphs", self.mixed_graphs, MIXED_GRAPHS)
+        check_choice("engine.graph_memsets", self.graph_memsets, GRAPH_MEMSETS)
         if self.name in ("async", "compare") and not self.carry_over:
             raise ConfigError(
                 f"engine.carry_over=false is impossible with engine.name={self.name} (batch N+1 is "
