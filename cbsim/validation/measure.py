@@ -104,29 +104,29 @@ def banded_metrics(trace: Trace) -> dict[str, float]:
     where everything ran there), read off the events without the metric tables: a band's draws
     need only these, and the tables of a validation's hundreds of draws would be most of its
     time."""
-    lane_of = trace.lane_of
-    lo, hi, ilo, ihi = np.inf, -np.inf, np.inf, -np.inf
-    on: dict[str, list[tuple[float, float]]] = {S.COMPUTE: [], S.DEFAULT: []}
-    for e in trace.events:
-        ph = e.get("ph")
-        if ph == "X":
-            ts, dur = float(e["ts"]), float(e["dur"])
-            lo, hi = min(lo, ts), max(hi, ts + dur)
-            lane = lane_of.get((e["pid"], e["tid"]))
-            if lane in on:
-                on[lane].append((ts, dur))
-        elif ph in ("i", "I"):
-            ilo, ihi = min(ilo, float(e["ts"])), max(ihi, float(e["ts"]))
+    events = trace.events
+    spans = [e for e in events if e.get("ph") == "X"]
+    marks = [float(e["ts"]) for e in events if e.get("ph") in ("i", "I")]
+    ts = np.array([float(e["ts"]) for e in spans], dtype=np.float64)
+    dur = np.array([float(e["dur"]) for e in spans], dtype=np.float64)
+    lo, hi = (float(ts.min()), float((ts + dur).max())) if len(spans) else (np.inf, -np.inf)
     if lo > hi:
         lo = hi = 0.0
-    start, end = min(lo, ilo), max(hi, ihi)
+    start, end = (min(lo, min(marks)), max(hi, max(marks))) if marks else (lo, hi)
     total = end - start
-    gpu = on[S.DEFAULT] if not on[S.COMPUTE] and on[S.DEFAULT] else on[S.COMPUTE]
     busy = 0.0
+    gpu = _gpu_rows(trace.lane_of, spans)
     if gpu:
-        ts, dur = np.array(gpu).T
+        ts, dur = ts[gpu], dur[gpu]
         order = np.lexsort((dur, ts))
         starts, ends = busy_blocks(ts[order], ts[order] + dur[order])
         busy = float((ends[:-1] - starts[:-1]).sum()) + float(ends[-1] - starts[-1])
     idle = 1.0 - busy / total if total > 0 else 0.0
     return {"total_time_s": total / 1e6, "gpu_idle_fraction": idle}
+
+
+def _gpu_rows(lane_of: dict[tuple[int, int], str], spans: list[dict[str, Any]]) -> list[int]:
+    """The spans on the compute lane, or on the default stream where none ran on it."""
+    lanes = [lane_of.get((e["pid"], e["tid"])) for e in spans]
+    rows = [i for i, lane in enumerate(lanes) if lane == S.COMPUTE]
+    return rows or [i for i, lane in enumerate(lanes) if lane == S.DEFAULT]
