@@ -17,9 +17,12 @@ from cbsim.config.hardware import HardwareConfig
 from cbsim.config.schema import CbsimConfig, ModelConfig
 from cbsim.costs.kernel_table import KernelTable, load_table
 
-# decode attention points remembered per model: a fit re-costs the same steps hundreds of times
-# (bounded, so a long simulation's contexts do not pile up)
+# decode attention points and copies remembered per model: a fit re-costs the same steps hundreds
+# of times, a validation simulates each run ten times (bounded, so a long simulation's contexts
+# do not pile up)
 MEMO_POINTS = 1 << 16
+# models whose kernel costs are kept for the simulations after them (shared_kernel_costs)
+SHARED_MODELS = 16
 
 
 def gemm_shapes(m: ModelConfig, fused: bool) -> list[tuple[str, int, int]]:
@@ -106,6 +109,7 @@ class KernelCosts:
         self._linear: dict[tuple[int, bool], float] = {}
         self._lm_head: dict[tuple[int, bool], float] = {}
         self._decode: dict[tuple[int, float, str], float] = {}
+        self._copy: dict[tuple[str, int], float] = {}
 
     def t(
         self, op: str, n: int, k: int, g: int, rows: float, context: float = 0, launch: str = ""
@@ -127,7 +131,13 @@ class KernelCosts:
 
     def copy_us(self, direction: str, nbytes: int) -> float:
         """A pinned copy of ``nbytes`` (``h2d`` or ``d2h``), at least the smallest one timed."""
-        return self.table.time_us(direction, 0, 0, 0, max(int(nbytes), 1))
+        key = (direction, nbytes)
+        got = self._copy.get(key)
+        if got is None:
+            if len(self._copy) >= MEMO_POINTS:
+                self._copy.clear()
+            got = self._copy[key] = self.table.time_us(direction, 0, 0, 0, max(int(nbytes), 1))
+        return got
 
     def lm_head_us(self, sampled: int, graph: bool = False) -> float:
         got = self._lm_head.get((sampled, graph))
@@ -234,3 +244,32 @@ class KernelCosts:
             else:
                 total += sum(self.prefill_attention_us(1, int(n)) for n in np.asarray(q[fresh]))
         return total
+
+
+_SHARED: dict[tuple, KernelCosts] = {}
+
+
+def shared_kernel_costs(config: CbsimConfig) -> KernelCosts:
+    """``KernelCosts(config)``, kept for every later config that reads the same table, rates,
+    model shapes and kernel modes: its lookups are pure, so the simulations of one run (a band's
+    draws move only host costs and the forward's scale) and of runs of one model share them."""
+    key = _kernel_key(config)
+    got = _SHARED.get(key)
+    if got is None:
+        if len(_SHARED) >= SHARED_MODELS:
+            _SHARED.clear()
+        got = _SHARED[key] = KernelCosts(config)
+    return got
+
+
+def _kernel_key(config: CbsimConfig) -> tuple:
+    """Everything ``KernelCosts.__init__`` reads of a config; the table by identity (load_table
+    reloads a changed file, and a kept KernelCosts holds its table, so no other takes its id)."""
+    hw, m, mode = config.hardware, config.model, config.mode
+    table = load_table(hw.kernel_table)
+    shape = (m.num_layers, m.hidden_size, m.intermediate_size, m.vocab_size, m.num_heads)
+    shape += (m.head_dim, m.num_kv_heads, m.dtype_bytes)
+    modes = (mode.fuse_projections, mode.fuse_epilogues, mode.blas, mode.graph_blas)
+    modes += (mode.split_argmax,)
+    rates = (hw.peak_flops, hw.hbm_bandwidth, hw.gpu.attention_tile_share_bytes)
+    return (id(table), rates, shape, modes)

@@ -37,7 +37,7 @@ from cbsim.costs.forward_cost import ForwardCost, roofline_us
 from cbsim.costs.host_jitter import HostJitter
 from cbsim.costs.host_phase_costs import HostPhaseCosts
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
-from cbsim.costs.kernels import KernelCosts
+from cbsim.costs.kernels import shared_kernel_costs
 from cbsim.costs.mixed_graphs import bucket_of, buckets_of, mixed_graphs_mode, piecewise
 from cbsim.costs.step_tables import StepMemo, StepTables
 
@@ -118,7 +118,7 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
         # measured kernel times in place of the roofline's GEMMs and attention (kernels.py)
         kernel_costs = like.kernel_costs if like is not None else None
         if kernel_costs is None and hw.kernel_table:
-            kernel_costs = KernelCosts(config)
+            kernel_costs = shared_kernel_costs(config)
         self.kernel_costs = kernel_costs
         # pinned copies from the table too, when it timed them
         self.table_copies = self.kernel_costs is not None and self.kernel_costs.has_copies
