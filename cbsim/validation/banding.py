@@ -18,6 +18,7 @@ from cbsim.bands import band, drawn_profiles
 from cbsim.calibration.progress import progress
 from cbsim.config.model_error import ModelError
 from cbsim.config.schema import HardwareConfig
+from cbsim.validation.heap import long_lived
 from cbsim.validation.measure import banded_metrics, simulate_like
 from cbsim.validation.runs import BANDED, RunResult
 from cbsim.validation.speedup import Speedup
@@ -81,7 +82,9 @@ def attach_bands(
     draws for both engines: the speedup of each draw)."""
     runs = [r for r in results if r.hardware is not None]
     draws: dict[int, list[dict[str, Any]]] = {}
-    for r, drawn in zip(runs, all_draws(runs, jobs, show)):
+    with long_lived():  # the runs' traces, recorded and simulated, in every forked worker
+        drawn_all = all_draws(runs, jobs, show)
+    for r, drawn in zip(runs, drawn_all):
         draws[id(r)] = drawn
         attach(r, drawn, r.hardware.model_error)
     for p in pairs:

@@ -30,6 +30,7 @@ from cbsim.rundir import atomic_write_text
 from cbsim.trace import write_trace
 from cbsim.validation.anchor import DEFAULT_ANCHOR, HOST_MODELS, anchored_results
 from cbsim.validation.banding import attach_bands
+from cbsim.validation.heap import collector_paused, long_lived
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
 from cbsim.validation.host_level import at_recorded_hosts, host_level_choice, host_level_line
 from cbsim.validation.host_phases import host_phase_lines, host_phase_summary
@@ -103,14 +104,16 @@ def run_validation_task(
         )
     root = recordings_root(config.extra.get("recordings"))
     log.info(describe_root(root))
-    recs = load(resolve_traces(list(config.trace), root), root)
+    with collector_paused():
+        recs = load(resolve_traces(list(config.trace), root), root)
     assumed = []
     if config.task == "calibrate" and config.extra.get("workload_from_cli", False):
         assumed = assume_cli_config(recs, config)
     recs = runtime_traces(recs)
-    if config.task == "calibrate":
-        return run_calibrate(config, recs, run_dir, assumed)
-    return run_validate(config, recs, run_dir, root)
+    with long_lived():
+        if config.task == "calibrate":
+            return run_calibrate(config, recs, run_dir, assumed)
+        return run_validate(config, recs, run_dir, root)
 
 
 def write_json(path: Path, obj: Any) -> None:
