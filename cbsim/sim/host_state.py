@@ -87,6 +87,7 @@ class HostState:
         self.hazards = HazardLog(self.rec)
         self.slots = SlotTracker(setup.io_slots, self.hazards)
         self.launches = 0
+        self.launch_hosts: dict[float, Any] = {}  # launch.launch_host: LaunchHost per factor
         # (slot, bucket, table width) graphs launched
         self.replayed: set[tuple[int, int | None, int | None]] = set()
         self.last_updated: Launched | None = None

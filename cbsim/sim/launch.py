@@ -72,6 +72,15 @@ class LaunchHost:
         return self.kernel + self.forward / max(kernels, 1)
 
 
+def launch_host(host: HostState, factor: float) -> LaunchHost:
+    """``LaunchHost.at`` the host's costs and ``factor``, made once per factor a run charges (a
+    plain run's one, a band's draw's two levels)."""
+    got = host.launch_hosts.get(factor)
+    if got is None:
+        got = host.launch_hosts[factor] = LaunchHost.at(host.costs.host, factor)
+    return got
+
+
 def plan_step(host: HostState, batch: Batch, prev: Launched | None) -> StepPlan:
     """Graph or eager, carry-over or not, and the forward's cost."""
     costs, eng = host.costs, host.engine
@@ -115,9 +124,9 @@ def enqueue_step(
     """Enqueue the step's three operations from host time ``host.env.now``; returns them, the
     D2H event, the forward's duration on the stream and the host time the launch ends. Every
     host cost is charged at the host's speed when the launch starts."""
-    costs, hc, dev, tracker = host.costs, host.costs.host, host.device, host.slots
+    costs, dev, tracker = host.costs, host.device, host.slots
     waits, step, vc, graph = host.engine.event_waits, batch.step, dev.host_vc, plan.graph
-    hs = LaunchHost.at(hc, host.speed.factor_at(host.env.now))
+    hs = launch_host(host, host.speed.factor_at(host.env.now))
     fwd = plan.forward
     fwd_us = fwd.total_us
     # stage the block tables, then H2D: pinned inputs -> device inputs, record h2d_done
