@@ -115,7 +115,7 @@ def setup_run(
     scheduler = Scheduler(w, num_kv_blocks, eos_token_id=eos, keep_tokens=keep_tokens)
     scheduler.add_all(queued)
     io_slots = 1 if eng.name == "sync" else eng.io_slots
-    costs = CostModel(cfg, max_context=max_context)
+    costs = CostModel(cfg, max_context=max_context, share_steps=True)
     return RunSetup(
         engine=eng,
         requests=requests,

@@ -28,6 +28,8 @@ event op.
 
 from __future__ import annotations
 
+import numpy as np
+
 from cbsim.config.schema import CbsimConfig
 from cbsim.costs.buffer_bytes import BufferBytes
 from cbsim.costs.clock import settle_forward
@@ -39,6 +41,7 @@ from cbsim.costs.host_phase_costs import HostPhaseCosts
 from cbsim.costs.kernel_count import layer_kernels, step_kernels
 from cbsim.costs.kernels import shared_kernel_costs
 from cbsim.costs.mixed_graphs import bucket_of, buckets_of, mixed_graphs_mode, piecewise
+from cbsim.costs.shared_steps import decode_terms, remember
 from cbsim.costs.step_tables import StepMemo, StepTables
 
 
@@ -50,10 +53,13 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
         config: CbsimConfig,
         max_context: int | None = None,
         like: CostModel | None = None,
+        share_steps: bool = False,
     ) -> None:
         """``max_context``: the longest request (prompt + new tokens), which sets the block
         table's width; None: from the workload. ``like``: a CostModel of the same run under
-        other GPU terms (a fit's), whose kernel lookups and per-step shapes hold here too."""
+        other GPU terms (a fit's), whose kernel lookups and per-step shapes hold here too.
+        ``share_steps`` (a simulation's): decode steps' kernel-table terms kept for every
+        simulation of this configuration (shared_steps.py)."""
         m, hw, w = config.model, config.hardware, config.workload
         self.hw, self.gpu, self.host = hw, hw.gpu, hw.host
         self.block_size = w.kv_block_size
@@ -122,6 +128,9 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
         self.kernel_costs = kernel_costs
         # pinned copies from the table too, when it timed them
         self.table_copies = self.kernel_costs is not None and self.kernel_costs.has_copies
+        self.decode_terms = None
+        if share_steps and like is None and kernel_costs is not None:
+            self.decode_terms = decode_terms(config, kernel_costs, self.max_context)
 
     def idle_slowdown_us(self, idle_us: float) -> float:
         """Extra time of a forward whose compute stream sat idle ``idle_us`` before it."""
@@ -172,22 +181,20 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
         if self.kernel_costs is None:
             linear, lm_head = self._roofline_linear(q_tokens, sampled)
             attention = self._roofline_attention(batch, decode, padded_requests)
-        else:  # measured kernels; chunks after a cached prefix (not timed) by the roofline
-            kc = self.kernel_costs
-            linear, lm_head = kc.linear_us(q_tokens, graph_blas), kc.lm_head_us(sampled, graph_blas)
-            share = self.gpu.attention_tile_share
-            tile = self.decode_tile(batch, padded_requests) if share else 128
-            launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
-            groups = None if decode else self.groups(batch)
-            rows = self.decode_rows(batch, decode)
-            uneven = self.uneven_share(batch, padded_requests)
-            padded_groups = self.gpu.attention_padded_groups
-            attention = kc.attention_us(
-                batch, rows, padded_groups, tile, share, launch, groups, uneven
+        elif decode and self.decode_terms is not None:  # kept across this config's runs
+            ctx = np.asarray(batch.context_lens)
+            key = (ctx.tobytes(), ctx.dtype.str, q_tokens, sampled, graph_blas, padded_requests)
+            terms = self.decode_terms.get(key)
+            if terms is None:
+                terms = self._table_terms(
+                    batch, True, q_tokens, sampled, graph_blas, padded_requests
+                )
+                remember(self.decode_terms, key, terms)
+            linear, lm_head, attention = terms
+        else:
+            linear, lm_head, attention = self._table_terms(
+                batch, decode, q_tokens, sampled, graph_blas, padded_requests
             )
-            s = self.gpu.kernel_table_scale  # the table's machine against the one costed
-            linear, lm_head, attention = linear * s, lm_head * s, attention * s
-            attention += 0.0 if decode else self.continuation_attention_us(batch)
         cost = self._cost(batch, decode, graph, carry_over, linear, lm_head, attention)
         if padded_tokens and self.piecewise:  # its pieces, and attention launched between them
             piecewise(cost, self.gpu, self.layers, self.groups(batch))
@@ -198,6 +205,32 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
             )
             settle_forward(cost, self.gpu.clock, gemm, head, self.peak_per_us)
         return cost
+
+    def _table_terms(
+        self,
+        batch,
+        decode: bool,
+        q_tokens: int,
+        sampled: int,
+        graph_blas: bool,
+        padded_requests: int | None,
+    ) -> tuple[float, float, float]:
+        """The layers', LM head's and attention's time from the kernel table; chunks after a
+        cached prefix (not timed) by the roofline."""
+        kc = self.kernel_costs
+        linear, lm_head = kc.linear_us(q_tokens, graph_blas), kc.lm_head_us(sampled, graph_blas)
+        share = self.gpu.attention_tile_share
+        tile = self.decode_tile(batch, padded_requests) if share else 128
+        launch = self.decode_launch(batch, padded_requests) if kc.per_launch else ""
+        groups = None if decode else self.groups(batch)
+        rows = self.decode_rows(batch, decode)
+        uneven = self.uneven_share(batch, padded_requests)
+        padded_groups = self.gpu.attention_padded_groups
+        attention = kc.attention_us(batch, rows, padded_groups, tile, share, launch, groups, uneven)
+        s = self.gpu.kernel_table_scale  # the table's machine against the one costed
+        linear, lm_head, attention = linear * s, lm_head * s, attention * s
+        attention += 0.0 if decode else self.continuation_attention_us(batch)
+        return linear, lm_head, attention
 
     def forward_gemm_flops(self, q_tokens: int, sampled: int) -> float:
         """The FLOPs of a forward's GEMMs: the layers' over every computed row, the LM head's
