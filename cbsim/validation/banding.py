@@ -9,16 +9,12 @@ error (``hardware.model_error``, cbsim.widening)."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from cbsim.bands import band, drawn_profiles
-from cbsim.calibration.progress import progress
 from cbsim.config.model_error import ModelError
 from cbsim.config.schema import HardwareConfig
-from cbsim.validation.heap import long_lived
+from cbsim.validation.forked import forked_map
 from cbsim.validation.measure import banded_metrics, simulate_like
 from cbsim.validation.runs import BANDED, RunResult
 from cbsim.validation.speedup import Speedup
@@ -50,29 +46,14 @@ def attach(result: RunResult, draws: list[dict[str, float]], error: ModelError) 
             result.band[metric] = widen(metric, float(value), *raw, error)
 
 
-# the runs a forked worker draws from (set before the pool forks, so the traces are shared)
-_RUNS: list[RunResult] = []
-
-
-def _draw(i: int) -> list[dict[str, float]]:
-    return drawn_metrics(_RUNS[i], _RUNS[i].hardware)
+def _drawn(result: RunResult) -> list[dict[str, float]]:
+    return drawn_metrics(result, result.hardware)
 
 
 def all_draws(runs: list[RunResult], jobs: int, show: bool) -> list[list[dict[str, float]]]:
     """Each run's draws, in ``jobs`` forked worker processes (0: one per CPU; 1: here). The
     draws are seeded, so the bands do not depend on how many workers drew them."""
-    jobs = min(jobs if jobs > 0 else (os.cpu_count() or 1), len(runs))
-    what = "drawing bands"
-    if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [drawn_metrics(r, r.hardware) for r in progress(runs, len(runs), what, show)]
-    global _RUNS
-    _RUNS = runs
-    try:
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            return list(progress(pool.map(_draw, range(len(runs))), len(runs), what, show))
-    finally:
-        _RUNS = []
+    return forked_map(_drawn, runs, jobs, "drawing bands", show)
 
 
 def attach_bands(
@@ -82,9 +63,7 @@ def attach_bands(
     draws for both engines: the speedup of each draw)."""
     runs = [r for r in results if r.hardware is not None]
     draws: dict[int, list[dict[str, Any]]] = {}
-    with long_lived():  # the runs' traces, recorded and simulated, in every forked worker
-        drawn_all = all_draws(runs, jobs, show)
-    for r, drawn in zip(runs, drawn_all):
+    for r, drawn in zip(runs, all_draws(runs, jobs, show)):
         draws[id(r)] = drawn
         attach(r, drawn, r.hardware.model_error)
     for p in pairs:

@@ -10,6 +10,7 @@ from typing import Any
 from cbsim.calibration.recordings import Recorded
 from cbsim.config.schema import HardwareConfig
 from cbsim.trace import Trace
+from cbsim.validation.forked import forked_map
 from cbsim.validation.measure import errors, measure, simulate_like
 
 # the issue's targets, on held-out runs: total time in percent, GPU idle in percentage points
@@ -124,6 +125,30 @@ def validate_run(rec: Recorded, hw: HardwareConfig, held_out: bool, fit_on: list
     result = RunResult(rec, trace, measure(rec.trace), measure(trace), held_out, fit_on)
     result.hardware = hw
     return result
+
+
+def validate_runs(
+    recs: list[Recorded], hosts: list[HardwareConfig], held_out: list[bool], jobs: int
+) -> list[RunResult]:
+    """``validate_run`` of each run on its profile, in ``jobs`` forked worker processes (0: one
+    per CPU; 1: here), none fitted on: each worker sends back the run's config, its simulated
+    trace and both metrics."""
+    done = forked_map(_simulated, list(zip(recs, hosts)), jobs)
+    results = []
+    for rec, hw, held, (config, trace, real, sim) in zip(recs, hosts, held_out, done):
+        rec.config = config  # composed once, in the worker: the draws and the tables read it
+        result = RunResult(rec, trace, real, sim, held)
+        result.hardware = hw
+        results.append(result)
+    return results
+
+
+def _simulated(
+    run: tuple[Recorded, HardwareConfig],
+) -> tuple[Any, Trace, dict[str, Any], dict[str, Any]]:
+    rec, hw = run
+    trace = simulate_like(rec, hw)
+    return rec.config, trace, measure(rec.trace), measure(trace)
 
 
 TABLE = (

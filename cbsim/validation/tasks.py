@@ -37,7 +37,7 @@ from cbsim.validation.host_phases import host_phase_lines, host_phase_summary
 from cbsim.validation.judge import check_lines, judge, judged_table
 from cbsim.validation.model_error import MODEL_ERRORS, held_out_model_error
 from cbsim.validation.report import write_validation_report
-from cbsim.validation.runs import RunResult, error_table, validate_run
+from cbsim.validation.runs import RunResult, error_table, validate_run, validate_runs
 from cbsim.validation.speedup import speedup_table, speedups
 from cbsim.validation.summary import summary
 from cbsim.validation.targets import targets_from, targets_source
@@ -78,7 +78,8 @@ EXTRA_KEYS: dict[str, dict[str, str]] = {
         "same_stack": "fit on runs of the held-out run's stack only (one runtime version)",
         "same_call": "fit on runs of the held-out run's device call only (one host's speed)",
         "fit_on": "holdout=fit_on: the calibration set (paths or globs)",
-        "jobs": "worker processes for the fits and the bands' draws (0: one per CPU)",
+        "jobs": "worker processes for the fits, the runs' simulations and the bands' draws "
+        "(0: one per CPU)",
         "host_level": "holdout=profile: recorded (each run predicted for the host it read at "
         "start, hardware.host.level) or profile (the profile's own host)",
         "bands": "draw P5-P95 bands from the profile's host-speed spread and say whether each "
@@ -266,9 +267,8 @@ def held_out_results(
         line = host_level_line(hosts, hw)
         if line:
             log.info(line)
-    results = [
-        validate_run(r, h, label(r.path, r.root) not in source, []) for r, h in zip(recs, hosts)
-    ]
+    held = [label(r.path, r.root) not in source for r in recs]
+    results = validate_runs(recs, hosts, held, int(extra.get("jobs", 0)))
     for r in results:
         r.held_out_by = "profile" if r.held_out else ""
     return results
