@@ -10,7 +10,7 @@ the stream's tail and the event it waits on), so the times are bit-identical. Th
 from __future__ import annotations
 
 from cbsim.sim.host_state import HostState
-from cbsim.sim.launch import LaunchHost
+from cbsim.sim.launch import launch_host
 from cbsim.sim.stretch import StretchCosts, Timeline
 
 
@@ -20,7 +20,7 @@ class StepLaunch:
     waiting on compute_done), as plain float arithmetic."""
 
     def __init__(self, host: HostState, c: StretchCosts) -> None:
-        costs, hs = host.costs, LaunchHost.at(host.costs.host, c.factor)
+        costs, hs = host.costs, launch_host(host, c.factor)
         self.ev, self.cl = hs.event, hs.copy
         self.evcl = hs.event + hs.copy
         self.d2h_us = costs.d2h_us(costs.d2h_bytes(int(host.sched.run.size)))
