@@ -11,7 +11,8 @@ Each case runs through `cbsim.runtime.run`, the function `python -m cbsim mode=r
 (its own model build, warm-up, collector handling: nothing harness-only), and is measured from
 its trace: ms per step (wall / steps), the decode step (the mean interval between decode
 forward ends: no prefill), the decode forward's mean, the floor of those forwards
-((weights read + live KV) / the copy bandwidth, `--copy-tbps`), the share of it reached, GPU
+((weights read + live KV) at the copy rate the run measured at its start, otherData.hardware,
+else `--copy-tbps`), the share of it reached, GPU
 idle, the median host microseconds per phase over decode steps, the longest compute-lane gap
 after warm-up, and host stalls (cbsim.metrics). The anchor is transformers' own
 `generate_batch` (`paged|sdpa`, CUDA graphs, sync) on the same model shape and prompts.
@@ -30,7 +31,8 @@ from pathlib import Path
 import numpy as np
 from bench_anchor import make_config, run_transformers  # beside this script (sys.path[0])
 
-# the H200's measured device-to-device copy bandwidth (BRIEF; perf-notes: 4.258 on this card)
+# a run that measured no copy rate (an imported or CPU trace): the H200's device-to-device copy
+# bandwidth (BRIEF)
 COPY_TBPS = 4.27
 DEFAULT_CASES = (
     "llama3_8b:32:256:1024,llama3_8b:4:256:512,llama3_8b:16:2048:256,"
@@ -58,6 +60,16 @@ def weights_read_bytes(model) -> int:
     return model.weight_bytes - emb * model.dtype_bytes
 
 
+def copy_rate(other: dict, copy_tbps: float) -> tuple[float, str]:
+    """(bytes/s, basis): the run's measured copy rate, else --copy-tbps."""
+    from cbsim.trace.hardware import hardware_of, measured_copy_rate
+
+    measured = measured_copy_rate(hardware_of(other))
+    if measured is not None:
+        return measured[0], f"measured ({measured[1]})"
+    return copy_tbps * 1e12, "--copy-tbps"
+
+
 def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
     from cbsim.metrics import compute_metrics
     from cbsim.runtime import run
@@ -69,7 +81,8 @@ def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
     sp = trace.spans
     fwd = sp[(sp.lane == "compute") & (sp.kind == "decode")]
     kvb = config.model.kv_bytes_per_token
-    floor_ms = (weights_read_bytes(config.model) + fwd.kv_tokens * kvb) / (copy_tbps * 1e9)
+    rate, basis = copy_rate(trace.other_data, copy_tbps)
+    floor_ms = (weights_read_bytes(config.model) + fwd.kv_tokens * kvb) / (rate / 1e3)
     host = sp[(sp.lane == "host") & (sp.kind == "decode")]
     comp = sp[sp.lane == "compute"].sort_values("ts")
     gaps = (comp.ts.to_numpy()[1:] - (comp.ts + comp.dur).to_numpy()[:-1]) / 1e3
@@ -77,6 +90,8 @@ def measure(spec: str, engine: str, copy_tbps: float, extra: list[str]) -> dict:
     return {
         "case": spec,
         "engine": engine,
+        "copy_tbps": rate / 1e12,
+        "copy_basis": basis,
         "total_s": m["total_time_s"],
         "ms_per_step": m["step_time_ms_mean"],
         # the decode steps alone (between consecutive forward ends), without the prefill's
@@ -114,16 +129,19 @@ def anchor(spec: str) -> dict:
     return {"case": spec, **row}
 
 
-def table(rows: list[dict], anchors: list[dict], copy_tbps: float, device: str) -> str:
+def table(rows: list[dict], anchors: list[dict], device: str) -> str:
     head = (
         f"{'model:batch:prompt:gen':<26}{'engine':<7}{'total s':>8}{'ms/step':>9}{'decode':>8}"
         f"{'fwd ms':>8}{'floor':>7}{'share':>7}{'idle':>7}"
         + "".join(f"{p[:6]:>8}" for p in PHASES)
         + f"{'gap ms':>8}{'stalls':>7}"
     )
+    rates = sorted(
+        {f"{r['copy_tbps']:.3g} TB/s {r['copy_basis']}" for r in rows if "error" not in r}
+    )
     lines = [
-        f"decode step vs the HBM floor ({copy_tbps} TB/s), host us per decode step (median); "
-        f"{device}",
+        f"decode step vs the HBM floor (copy rate {'; '.join(rates) or '-'}), host us per decode "
+        f"step (median); {device}",
         head,
     ]
     for r in rows:
@@ -182,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:
             anchors.append({"case": a.anchor, "error": repr(exc)[:300]})
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    text = table(rows, anchors, a.copy_tbps, device)
+    text = table(rows, anchors, device)
     print("\n" + text, flush=True)
     if a.out:
         Path(a.out).write_text(

@@ -35,14 +35,14 @@ import traceback
 
 import numpy as np
 import pandas as pd
-from bench_decode import COPY_TBPS, anchor, weights_read_bytes  # beside this script
+from bench_decode import COPY_TBPS, anchor, copy_rate, weights_read_bytes  # beside this script
 from bench_mixed_graphs import SMALL, WORKLOADS
 
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.schema import ModelConfig
 from cbsim.trace import Trace
 from cbsim.trace import schema as S
-from cbsim.trace.hardware import hardware_of, measured_copy_rate, recorded_device
+from cbsim.trace.hardware import recorded_device
 
 KINDS = ("decode", "mixed", "prefill")
 GRAPHS = ("off", "buckets", "full")
@@ -116,14 +116,6 @@ def step_kinds(spans: pd.DataFrame, model: ModelConfig, bytes_per_s: float) -> l
             }
         )
     return rows
-
-
-def copy_rate(other: dict, copy_tbps: float) -> tuple[float, str]:
-    """(bytes/s, basis): the run's measured copy rate, else --copy-tbps."""
-    measured = measured_copy_rate(hardware_of(other))
-    if measured is not None:
-        return measured[0], f"measured ({measured[1]})"
-    return copy_tbps * 1e12, "--copy-tbps"
 
 
 def run_trace(overrides: list[str], engine: str, emulate: bool) -> tuple[CbsimConfig, Trace]:
