@@ -34,6 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cbsim.costs.decode_kernel import LaunchRule
 
+from .kernels import rope_kv
 from .kernels.paged_attention import paged_decode_attention_sdpa
 
 ATTN_NAME = "cbsim_paged"
@@ -182,9 +183,11 @@ def paged_attention_forward(
     if meta is None:
         raise RuntimeError(f"attention {ATTN_NAME!r} needs the forward kwarg cbsim_meta (AttnMeta)")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    pending = rope_kv.take()  # cos/sin when q and k come unrotated (mode.fuse_rope_kv)
     if meta.split is not None:  # a piecewise step: the piece being captured ends here
+        query, key = rope_kv.rotate(query, key, pending)
         return meta.split(module.layer_idx, query, key, value, scale, meta), None
-    return attend(module.layer_idx, query, key, value, scale, meta), None
+    return attend(module.layer_idx, query, key, value, scale, meta, pending), None
 
 
 def attend(
@@ -194,12 +197,18 @@ def attend(
     value: torch.Tensor,
     scale: float,
     meta: AttnMeta,
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """One layer's attention, q/k/v [1, H, T, D] -> [1, T, Hq, D]: the step's K/V into the
     paged cache, then each group (into ``meta.out`` when set: a piecewise replay calls this
-    between two pieces, and the next piece reads that buffer)."""
+    between two pieces, and the next piece reads that buffer). With ``rope`` (cos, sin) q and k
+    come unrotated, and one kernel rotates them as it writes the cache."""
+    if rope is None:
+        k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
+        meta.cache.write(layer, k, v, meta.slot_mapping)
+    else:
+        query, key = meta.cache.write_rotated(layer, query, key, value, rope, meta.slot_mapping)
     q = query[0].transpose(0, 1)  # [T, Hq, D]
-    meta.cache.write(layer, key[0].transpose(0, 1), value[0].transpose(0, 1), meta.slot_mapping)
     if meta.all_decode:
         return _decode(q, layer, meta, scale).unsqueeze(0)
     if meta.varlen is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .kernels.fused_epilogues import kv_write, kv_write_ok
+from .kernels.rope_kv import rope_kv_ok, rope_kv_write, rotate
 
 
 class PagedKVCache:
@@ -52,3 +53,22 @@ class PagedKVCache:
             return
         k.index_copy_(0, slot_mapping, key)
         v.index_copy_(0, slot_mapping, value)
+
+    def write_rotated(
+        self,
+        layer: int,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        slot_mapping: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k [1, H, T, D] rotated, the rotated K and V stored at flat slots: one kernel
+        (mode.fuse_rope_kv) where it takes the tensors, else the rope kernel and ``write``."""
+        k = self.k[layer].view(-1, *self.k[layer].shape[2:])
+        v = self.v[layer].view(-1, *self.v[layer].shape[2:])
+        if self.fused and rope_kv_ok(key, value, k):
+            return rope_kv_write(query, key, value, cos_sin, k, v, slot_mapping)
+        query, key = rotate(query, key, cos_sin)
+        self.write(layer, key[0].transpose(0, 1), value[0].transpose(0, 1), slot_mapping)
+        return query, key

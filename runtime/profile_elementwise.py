@@ -81,6 +81,8 @@ def _elementwise(cfg: CbsimConfig, dev: torch.device) -> dict[str, Callable]:
     }
     if dev.type == "cuda" and cfg.mode.fuse_epilogues:
         ops |= _fused_epilogues(h, hkv, d, inter, dt, dev)
+    if dev.type == "cuda" and cfg.mode.rope_in_kv_write():
+        ops["rope_kv_write"] = ((hq + 2 * hkv) * d, d, partial(_rope_kv, hq, hkv, d, dt, dev))
     if dev.type == "cuda" and cfg.mode.split_argmax:
         ops["argmax_split"] = (m.vocab_size, 0, partial(_argmax_split, m.vocab_size, dt, dev))
     return ops
@@ -109,6 +111,19 @@ def _fused_epilogues(h: int, hkv: int, d: int, inter: int, dt, dev) -> dict[str,
         return lambda: kv_write(key, key, kc, vc, slots)
 
     return {"silu_mul_fused": (inter, 0, silu), "kv_write_fused": (2 * hkv * d, d, write)}
+
+
+def _rope_kv(hq: int, hkv: int, d: int, dt, dev, r: int):
+    """mode.fuse_rope_kv's one kernel: q and k rotated, k and v into their cache slots."""
+    from .kernels.rope_kv import rope_kv_write
+
+    qkv = torch.randn(1, r, (hq + 2 * hkv) * d, dtype=dt, device=dev)
+    q = qkv[..., : hq * d].view(1, r, hq, d).transpose(1, 2)
+    k = qkv[..., hq * d : (hq + hkv) * d].view(1, r, hkv, d).transpose(1, 2)
+    v = qkv[..., (hq + hkv) * d :].view(1, r, hkv, d).transpose(1, 2)
+    cos = torch.randn(1, r, d, dtype=dt, device=dev)
+    kc, vc, _, slots = _kv_operands(r, hkv, d, dt, dev)
+    return lambda: rope_kv_write(q, k, v, (cos, cos), kc, vc, slots)
 
 
 def _gate_up(r: int, inter: int, dt, dev) -> torch.Tensor:

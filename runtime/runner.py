@@ -77,8 +77,8 @@ def runtime_model(
 ) -> torch.nn.Module:
     """The model the runner drives: built from the config and, on CUDA, fused as mode.* asks
     (one GEMM for q/k/v and one for gate/up; RMSNorm and RoPE as one Triton kernel each; the
-    residual adds inside the o_proj and down GEMMs, SiLU x up as one kernel), or
-    the model passed in, as it is, with its attention switched to the paged cache."""
+    residual adds inside the o_proj and down GEMMs, SiLU x up as one kernel, RoPE inside the
+    K/V write), or the model passed in, as it is, with its attention switched to the paged cache."""
     if model is not None:
         register()
         model.config._attn_implementation = ATTN_NAME
@@ -95,7 +95,7 @@ def runtime_model(
     if device.type == "cuda" and config.mode.fuse_epilogues:
         from .kernels.fused_epilogues import fuse_epilogues
 
-        fuse_epilogues(model)
+        fuse_epilogues(model, rope_kv_write=config.mode.rope_in_kv_write())
     return model
 
 
@@ -141,6 +141,7 @@ class ModelRunner:
             "projections": built and mode.fuse_projections,
             "norm_rope": built and mode.fuse_norm_rope,
             "epilogues": built and mode.fuse_epilogues,
+            "rope_kv": built and mode.rope_in_kv_write(),
         }
         self.cache.fused = self.fused["epilogues"]
         self.launch_rule = LaunchRule.of(config.engine.decode_launch)

@@ -222,11 +222,14 @@ class Recorded:
             epilogues = fused["epilogues"]
         else:
             epilogues = self.manifest.fused_epilogues
+        # RoPE inside the K/V write: only where the trace says so (no build before it did)
+        rope_kv = isinstance(fused, dict) and fused.get("rope_kv") is True
         blas = other.get("blas") if other.get("blas") in BLAS_LIBRARIES else "cublas"
         graph_blas = other.get("graph_blas")
         return dataclasses.replace(
             mode,
             fuse_epilogues=epilogues,
+            fuse_rope_kv=rope_kv,
             blas=blas,
             graph_blas=graph_blas if graph_blas in BLAS_LIBRARIES else blas,
             split_argmax=other.get("argmax") == "split",

@@ -21,7 +21,7 @@ from cbsim.config.phase_cost import PhaseCost as PhaseCost
 from cbsim.config.shipped_profiles import kernel_table_files as kernel_table_files
 from cbsim.config.shipped_profiles import shipped_root
 
-KERNEL_COUNTS_OF = ("unfused", "fused", "engine")
+KERNEL_COUNTS_OF = ("unfused", "fused", "fused_rope_kv", "engine")
 # how a profile's numbers were obtained, best first (hardware=auto ranks profiles by it):
 # the one command on that GPU, fitted to recordings, a datasheet roofline, first estimates
 TIERS = ("profiled", "fitted", "datasheet", "estimate")
@@ -207,9 +207,10 @@ class GpuCosts:
     # kernels per transformer layer (eager launches / graph nodes)
     kernels_per_layer: int = 14
     # which build the kernel counts were taken on: "unfused" (cbsim's runtime without
-    # mode.fuse_epilogues, the shipped H200 profiles' counts), "fused" (with it), "engine"
-    # (another engine's, used as they are whatever mode.fuse_epilogues says);
-    # cbsim/costs/kernel_count.py adds or takes off what the option fuses
+    # mode.fuse_epilogues, the shipped H200 profiles' counts), "fused" (with it),
+    # "fused_rope_kv" (with it and mode.fuse_rope_kv), "engine" (another engine's, used as
+    # they are whatever the mode says); cbsim/costs/kernel_count.py adds or takes off what the
+    # options fuse
     kernel_counts_of: str = "unfused"
     # kernels outside the layers (embedding, final norm, LM head, sampling)
     kernels_extra: int = 6

@@ -76,6 +76,10 @@ class ModeConfig:
     # (4 kernels fewer per layer; experiments/perf-notes.md). A recording says whether its build
     # did: otherData.fused, else its manifest's fused_epilogues
     fuse_epilogues: bool = True
+    # runtime on CUDA only (with fuse_norm_rope and fuse_epilogues), and the simulator's kernel
+    # count: RoPE rotates q and k inside the K/V cache write, one kernel where those were two
+    # (runtime/kernels/rope_kv.py). A recording says whether its build did: otherData.fused
+    fuse_rope_kv: bool = True
     # runtime on CUDA only: the BLAS library torch's GEMMs go to (torch.backends.cuda.
     # preferred_blas_library) in eager steps (prefill, mixed, batches past the last graph):
     # cublas, torch's default (cuBLASLt's prefill GEMMs are 11-18% slower, experiments/perf/blas)
@@ -112,6 +116,11 @@ class ModeConfig:
         check_range("mode.warmup_steps", self.warmup_steps, 0, 1000)
         check_choice("mode.blas", self.blas, BLAS_LIBRARIES)
         check_choice("mode.graph_blas", self.graph_blas, BLAS_LIBRARIES)
+
+    def rope_in_kv_write(self) -> bool:
+        """Whether the build rotates q and k in the K/V write: fuse_rope_kv with the rotary
+        wrapper (fuse_norm_rope) and the cache's own kernel (fuse_epilogues) it joins."""
+        return self.fuse_rope_kv and self.fuse_norm_rope and self.fuse_epilogues
 
 
 @dataclass

@@ -18,16 +18,30 @@ from __future__ import annotations
 # graph): per layer, the two residual adds (the o_proj and down GEMMs add into the residual), one
 # of SiLU and the multiply, one of the K and V cache writes
 FUSED_LAYER_KERNELS_SAVED = 4
+# and mode.fuse_rope_kv on top of it: RoPE inside the K/V write (runtime/kernels/rope_kv.py)
+ROPE_KV_KERNELS_SAVED = 1
+# the kernels a layer saves on each build hardware.gpu.kernel_counts_of names
+SAVED_ON = {
+    "unfused": 0,
+    "fused": FUSED_LAYER_KERNELS_SAVED,
+    "fused_rope_kv": FUSED_LAYER_KERNELS_SAVED + ROPE_KV_KERNELS_SAVED,
+}
 
 
-def layer_kernels(gpu, fused_epilogues: bool) -> int:
+def saved_kernels(fused_epilogues: bool, rope_kv: bool) -> int:
+    """Kernels per layer the simulated build's fusions save against the unfused build."""
+    if not fused_epilogues:
+        return 0
+    return FUSED_LAYER_KERNELS_SAVED + (ROPE_KV_KERNELS_SAVED if rope_kv else 0)
+
+
+def layer_kernels(gpu, fused_epilogues: bool, rope_kv: bool = False) -> int:
     """The layers' own kernels per layer for the simulated build: the profile's count, moved by
-    what the fusion removes where it was counted on the other build (hardware.gpu.kernel_counts_of;
+    what the fusions remove where it was counted on another build (hardware.gpu.kernel_counts_of;
     another engine's counts are used as they are), and at least one."""
     if gpu.kernel_counts_of == "engine":
         return gpu.kernels_per_layer
-    counted_fused = gpu.kernel_counts_of == "fused"
-    delta = FUSED_LAYER_KERNELS_SAVED * (int(counted_fused) - int(fused_epilogues))
+    delta = SAVED_ON[gpu.kernel_counts_of] - saved_kernels(fused_epilogues, rope_kv)
     return max(1, gpu.kernels_per_layer + delta)
 
 

@@ -57,6 +57,7 @@ ATTENTION_OPS = ("decode_attention", "prefill_attention")
 # reduces the whole vocabulary, so a longer row is a longer walk, as the roofline ratio scales it)
 ELEMENTWISE_OPS = ("rms_norm", "silu_mul", "add", "rope", "kv_write")
 ELEMENTWISE_OPS += ("silu_mul_fused", "kv_write_fused")  # mode.fuse_epilogues' one-kernel versions
+ELEMENTWISE_OPS += ("rope_kv_write",)  # mode.fuse_rope_kv: RoPE inside the K/V write
 ELEMENTWISE_OPS += ("argmax_split",)  # mode.split_argmax: chunks of a row, one program each
 OPS = ("gemm", *ATTENTION_OPS, *ELEMENTWISE_OPS, "argmax")
 OPS += ("h2d", "d2h")

@@ -21,6 +21,8 @@ from cbsim.costs.kernel_table import KernelTable, load_table
 # of times, a validation simulates each run ten times (bounded, so a long simulation's contexts
 # do not pile up)
 MEMO_POINTS = 1 << 16
+# mode.fuse_rope_kv's one kernel: RoPE of q and k, and the K/V cache write (kernel_table.py)
+ROPE_KV = "rope_kv_write"
 # models whose kernel costs are kept for the simulations after them (shared_kernel_costs)
 SHARED_MODELS = 16
 
@@ -37,18 +39,20 @@ def gemm_shapes(m: ModelConfig, fused: bool) -> list[tuple[str, int, int]]:
     return [*shapes, ("down", h, inter), ("lm_head", m.vocab_size, h)]
 
 
-def elementwise_ops(m: ModelConfig, fused_epilogues: bool) -> list[tuple[str, int, int, int]]:
+def elementwise_ops(
+    m: ModelConfig, fused_epilogues: bool, rope_kv: bool = False, has=None
+) -> list[tuple[str, int, int, int]]:
     """(op, n, k, calls per layer) of one layer's elementwise kernels: with ``mode.fuse_epilogues``
     the residual adds run inside the GEMMs, and the K/V write and SiLU x up are the one-kernel
-    versions (their own table rows, ``*_fused``)."""
+    versions (their own table rows, ``*_fused``); with RoPE in the K/V write too
+    (``mode.fuse_rope_kv``) the two are one kernel (``rope_kv_write``), or, for a table that
+    lacks its row (``has``: the table's op check), the two kernels it replaced: an upper bound."""
     h, hq, hkv, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim
     fused = "_fused" if fused_epilogues else ""
-    ops = [
-        ("rms_norm", h, 0, 2),
-        ("rope", (hq + hkv) * d, d, 1),
-        ("kv_write" + fused, 2 * hkv * d, d, 1),
-        ("silu_mul" + fused, m.intermediate_size, 0, 1),
-    ]
+    rope = [("rope", (hq + hkv) * d, d, 1), ("kv_write" + fused, 2 * hkv * d, d, 1)]
+    if fused_epilogues and rope_kv and (has is None or has(ROPE_KV)):
+        rope = [(ROPE_KV, (hq + 2 * hkv) * d, d, 1)]
+    ops = [("rms_norm", h, 0, 2), *rope, ("silu_mul" + fused, m.intermediate_size, 0, 1)]
     return ops if fused_epilogues else [*ops, ("add", h, 0, 2)]
 
 
@@ -88,7 +92,9 @@ class KernelCosts:
         self.lm_head = shapes[-1][1:]
         self.elementwise = [
             (op if self.table.has(op) else op.removesuffix("_fused"), n, k, c)
-            for op, n, k, c in elementwise_ops(m, config.mode.fuse_epilogues)
+            for op, n, k, c in elementwise_ops(
+                m, config.mode.fuse_epilogues, config.mode.rope_in_kv_write(), self.table.has
+            )
         ]  # a table profiled before the fused kernels existed: their unfused rows, an upper bound
         self.layers, self.hidden, self.vocab = m.num_layers, m.hidden_size, m.vocab_size
         self.attn_shape = (m.num_heads, m.head_dim, m.num_kv_heads)

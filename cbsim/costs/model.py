@@ -82,7 +82,10 @@ class CostModel(BufferBytes, HostPhaseCosts, StepTables):
         self.logits_bytes_per_row = m.vocab_size * 4  # fp32 logits for sampling
         self.kv_bytes_per_token = m.kv_bytes_per_token
         self.attn_flops_coeff = 4.0 * m.num_heads * m.head_dim * layers
-        self.kernels = layer_kernels(self.gpu, config.mode.fuse_epilogues) * layers
+        mode = config.mode
+        self.kernels = (
+            layer_kernels(self.gpu, mode.fuse_epilogues, mode.rope_in_kv_write()) * layers
+        )
         self.kernels += self.gpu.kernels_extra
         # achieved rates, per microsecond
         g = self.gpu

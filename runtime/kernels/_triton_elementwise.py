@@ -98,3 +98,58 @@ def _kv_write_kernel(
     v = tl.load(v_ptr + t * svt + heads[:, None] * svh + offs_d[None, :], mask=mask)
     tl.store(kc_ptr + dst, k, mask=mask)
     tl.store(vc_ptr + dst, v, mask=mask)
+
+
+@triton.jit
+def _rope_kv_write_kernel(
+    q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, kc_ptr, vc_ptr, slot_ptr,
+    S, Hq, Hkv,
+    sqh, sqs, skh, sks, svh, svs,  # q/k/v strides (head, token); batch 1, the head dim contiguous
+    soh, sos, toh, tos,  # rotated q/k strides (head, token)
+    scs, sss,  # cos/sin strides (token)
+    HALF: tl.constexpr, HB: tl.constexpr, NQB: tl.constexpr,
+):  # fmt: skip
+    # _rope_kernel's rotation (the same roundings), and the rotated K with V written into their
+    # cache slot as _kv_write_kernel writes them: one kernel where those were two
+    s = tl.program_id(0)
+    hb = tl.program_id(1)
+    offs_d = tl.arange(0, HALF)
+    c_lo = tl.load(cos_ptr + s * scs + offs_d).to(tl.float32)
+    c_hi = tl.load(cos_ptr + s * scs + HALF + offs_d).to(tl.float32)
+    s_lo = tl.load(sin_ptr + s * sss + offs_d).to(tl.float32)
+    s_hi = tl.load(sin_ptr + s * sss + HALF + offs_d).to(tl.float32)
+    is_q = hb < NQB
+    if is_q:
+        heads = hb * HB + tl.arange(0, HB)
+        mask = (heads < Hq)[:, None]
+        src = q_ptr + s * sqs + heads[:, None] * sqh
+        dst = qo_ptr + s * sos + heads[:, None] * soh
+    else:
+        heads = (hb - NQB) * HB + tl.arange(0, HB)
+        mask = (heads < Hkv)[:, None]
+        src = k_ptr + s * sks + heads[:, None] * skh
+        dst = ko_ptr + s * tos + heads[:, None] * toh
+    x1 = tl.load(src + offs_d[None, :], mask=mask, other=0.0)
+    x2 = tl.load(src + HALF + offs_d[None, :], mask=mask, other=0.0)
+    dt = x1.dtype
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    lo = (
+        (x1 * c_lo[None, :]).to(dt).to(tl.float32) - (x2 * s_lo[None, :]).to(dt).to(tl.float32)
+    ).to(dt)
+    hi = (
+        (x2 * c_hi[None, :]).to(dt).to(tl.float32) + (x1 * s_hi[None, :]).to(dt).to(tl.float32)
+    ).to(dt)
+    tl.store(dst + offs_d[None, :], lo, mask=mask)
+    tl.store(dst + HALF + offs_d[None, :], hi, mask=mask)
+    if not is_q:
+        slot = tl.load(slot_ptr + s).to(tl.int64)
+        row = kc_ptr + slot * Hkv * 2 * HALF + heads[:, None] * 2 * HALF
+        tl.store(row + offs_d[None, :], lo, mask=mask)
+        tl.store(row + HALF + offs_d[None, :], hi, mask=mask)
+        v_src = v_ptr + s * svs + heads[:, None] * svh
+        v_row = vc_ptr + slot * Hkv * 2 * HALF + heads[:, None] * 2 * HALF
+        v1 = tl.load(v_src + offs_d[None, :], mask=mask, other=0.0)
+        v2 = tl.load(v_src + HALF + offs_d[None, :], mask=mask, other=0.0)
+        tl.store(v_row + offs_d[None, :], v1, mask=mask)
+        tl.store(v_row + HALF + offs_d[None, :], v2, mask=mask)

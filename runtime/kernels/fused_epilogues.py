@@ -12,7 +12,8 @@ inside a replayed graph and 30-60 us of host time when launched eagerly
 - the MLP (with a fused ``gate_up_proj`` and SiLU) gets an instance ``forward`` that runs SiLU x up
   as one Triton kernel;
 - ``kv_write`` stores a step's K and V into the paged cache with one Triton kernel
-  (runtime/kv_cache.py calls it when the cache is marked ``fused``).
+  (runtime/kv_cache.py calls it when the cache is marked ``fused``); with ``mode.fuse_rope_kv``
+  the rotation of q and k joins that kernel (runtime/kernels/rope_kv.py).
 
 The residual is added before the GEMM's output is rounded, so a bf16 layer's output differs from
 transformers' by one rounding of the sum; compare engines on the same (fused) model. On tensors the
@@ -28,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import rope_kv
 from .fused_elementwise import triton_kernels, triton_ok
 from .paged_attention import triton_next_pow2
 
@@ -97,7 +99,15 @@ def _layer_forward(layer: nn.Module, hidden_states: torch.Tensor, *args, **kwarg
         return type(layer).forward(layer, hidden_states, *args, **kwargs)
     layer.self_attn.o_proj.cbsim_residual = hidden_states
     h = layer.input_layernorm(hidden_states)
-    h, _ = layer.self_attn(hidden_states=h, **kwargs)  # residual + attention, from o_proj
+    # RoPE waits for the K/V write in the runtime's own attention (its batch metadata is here)
+    arm = layer.__dict__.get("cbsim_rope_kv", False) and kwargs.get("cbsim_meta") is not None
+    if arm:
+        rope_kv.arm(True)
+    try:
+        h, _ = layer.self_attn(hidden_states=h, **kwargs)  # residual + attention, from o_proj
+    finally:
+        if arm:
+            rope_kv.arm(False)
     layer.mlp.down_proj.cbsim_residual = h
     return layer.mlp(layer.post_attention_layernorm(h))  # h + MLP, from down_proj
 
@@ -122,12 +132,14 @@ def _fusable_layer(layer: nn.Module) -> bool:
     )
 
 
-def fuse_epilogues(model: nn.Module) -> dict[str, int]:
+def fuse_epilogues(model: nn.Module, *, rope_kv_write: bool = False) -> dict[str, int]:
     """Residual adds into the o_proj and down GEMMs, SiLU x up into one kernel (where gate/up
-    are fused), in place and idempotent. Returns how many layers and MLPs were switched."""
+    are fused), in place and idempotent; with ``rope_kv_write`` RoPE joins the K/V write
+    (runtime/kernels/rope_kv.py). Returns how many layers and MLPs were switched."""
     layers = mlps = 0
     for module in model.modules():
         if type(module).__name__.endswith("DecoderLayer") and _fusable_layer(module):
+            module.cbsim_rope_kv = rope_kv_write
             if "forward" not in module.__dict__:
                 module.forward = functools.partial(_layer_forward, module)
                 for linear in (module.self_attn.o_proj, module.mlp.down_proj):
@@ -149,3 +161,4 @@ def unfuse_epilogues(model: nn.Module) -> None:
         if isinstance(fwd, functools.partial) and fwd.func in owned:
             del module.forward
         module.__dict__.pop("cbsim_residual", None)
+        module.__dict__.pop("cbsim_rope_kv", None)
