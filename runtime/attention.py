@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cbsim.costs.decode_kernel import LaunchRule
 
-from .kernels import rope_kv
+from .kernels import deferred_rope, rope_kv
 from .kernels.paged_attention import paged_decode_attention_sdpa
 
 ATTN_NAME = "cbsim_paged"
@@ -183,7 +183,7 @@ def paged_attention_forward(
     if meta is None:
         raise RuntimeError(f"attention {ATTN_NAME!r} needs the forward kwarg cbsim_meta (AttnMeta)")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    pending = rope_kv.take()  # cos/sin when q and k come unrotated (mode.fuse_rope_kv)
+    pending = deferred_rope.take()  # cos/sin when q and k come unrotated (mode.fuse_rope_kv)
     if meta.split is not None:  # a piecewise step: the piece being captured ends here
         query, key = rope_kv.rotate(query, key, pending)
         return meta.split(module.layer_idx, query, key, value, scale, meta), None

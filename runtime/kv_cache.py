@@ -67,7 +67,7 @@ class PagedKVCache:
         (mode.fuse_rope_kv) where it takes the tensors, else the rope kernel and ``write``."""
         k = self.k[layer].view(-1, *self.k[layer].shape[2:])
         v = self.v[layer].view(-1, *self.v[layer].shape[2:])
-        if self.fused and rope_kv_ok(key, value, k):
+        if self.fused and rope_kv_ok(key, value, k, v):
             return rope_kv_write(query, key, value, cos_sin, k, v, slot_mapping)
         query, key = rotate(query, key, cos_sin)
         self.write(layer, key[0].transpose(0, 1), value[0].transpose(0, 1), slot_mapping)

@@ -75,10 +75,9 @@ class StepPlan:
 def runtime_model(
     config: CbsimConfig, device: torch.device, model: torch.nn.Module | None
 ) -> torch.nn.Module:
-    """The model the runner drives: built from the config and, on CUDA, fused as mode.* asks
-    (one GEMM for q/k/v and one for gate/up; RMSNorm and RoPE as one Triton kernel each; the
-    residual adds inside the o_proj and down GEMMs, SiLU x up as one kernel, RoPE inside the
-    K/V write), or the model passed in, as it is, with its attention switched to the paged cache."""
+    """The model the runner drives: built from the config and, on CUDA, fused as mode.fuse_*
+    ask (runtime/kernels: projections, norm and rope, epilogues, rope in the K/V write), or the
+    model passed in, as it is, with its attention switched to the paged cache."""
     if model is not None:
         register()
         model.config._attn_implementation = ATTN_NAME

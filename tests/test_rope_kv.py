@@ -76,21 +76,49 @@ def test_a_recording_says_whether_its_build_rotated_in_the_kv_write(tmp_path):
         assert rec.config.mode.fuse_rope_kv is want, name
 
 
-def test_outside_a_runtime_layer_nothing_is_deferred():
+def test_only_an_armed_layer_defers_and_its_attention_takes_it_once():
     """transformers' own forward (generate, another attention function) never arms the
     deferral: q and k come back rotated as transformers' code expects."""
-    from cbsim.runtime.kernels import rope_kv
+    from cbsim.runtime.kernels import deferred_rope
 
-    q, k = torch.zeros(1, 4, 3, 8), torch.zeros(1, 2, 3, 8)
-    cos = sin = torch.ones(1, 3, 8)
-    assert not rope_kv.defer(q, k, cos, sin) and rope_kv.take() is None
-    rope_kv.arm(True)
+    q = torch.zeros(1, 4, 3, 8)
+    cos, sin = torch.ones(1, 3, 8), torch.zeros(1, 3, 8)
+    assert not deferred_rope.defer(q, cos, sin) and deferred_rope.take() is None
+    deferred_rope.arm(True)
     try:
-        # on a CPU the one kernel cannot run: armed or not, the rotation happens now
-        assert rope_kv.defer(q, k, cos, sin) is (q.is_cuda and rope_kv.fe.triton_ok(q))
+        assert not deferred_rope.defer(torch.zeros(2, 4, 3, 8), cos, sin)  # batch 1 only
+        assert deferred_rope.defer(q, cos, sin)
+        assert not deferred_rope.defer(q, cos, sin)  # one pending rotation at a time
+        got = deferred_rope.take()
+        assert got[0] is cos and got[1] is sin and deferred_rope.take() is None
+        assert deferred_rope.defer(q, cos, sin)
     finally:
-        rope_kv.arm(False)
-    assert rope_kv.take() is None
+        deferred_rope.arm(False)
+    assert deferred_rope.take() is None  # disarming drops what was not taken
+
+
+def test_the_rotary_wrapper_rotates_where_the_kernel_cannot_run_even_when_armed():
+    """On a CPU the wrapper falls back to transformers' code, armed or not: the rotation is never
+    deferred to a kernel that cannot run."""
+    from test_kernels import tiny_llama
+    from transformers.models.llama import modeling_llama
+
+    from cbsim.runtime.kernels import deferred_rope
+    from cbsim.runtime.kernels.fused_elementwise import fuse_norm_and_rope, unfuse_norm_and_rope
+
+    model = tiny_llama(seed=3)
+    q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8)
+    cos, sin = torch.randn(1, 3, 8), torch.randn(1, 3, 8)
+    want = modeling_llama.apply_rotary_pos_emb(q, k, cos, sin)
+    fuse_norm_and_rope(model)
+    deferred_rope.arm(True)
+    try:
+        got = modeling_llama.apply_rotary_pos_emb(q, k, cos, sin)
+        assert deferred_rope.take() is None
+    finally:
+        deferred_rope.arm(False)
+        unfuse_norm_and_rope(model)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @pytest.mark.gpu

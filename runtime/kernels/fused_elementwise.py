@@ -27,7 +27,7 @@ import sys
 import torch
 from torch import nn
 
-from . import rope_kv
+from . import deferred_rope
 from .paged_attention import triton_next_pow2
 
 
@@ -117,7 +117,7 @@ def _wrap_rope(original):
     @functools.wraps(original)
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1, *args, **kwargs):
         if not args and not kwargs and _rope_supported(q, k, cos, sin, unsqueeze_dim):
-            if rope_kv.defer(q, k, cos, sin):  # the attention rotates them as it writes K/V
+            if deferred_rope.defer(q, cos, sin):  # the attention rotates them as it writes K/V
                 return q, k
             return apply_rope(q, k, cos, sin)
         return original(q, k, cos, sin, unsqueeze_dim, *args, **kwargs)

@@ -13,7 +13,7 @@ inside a replayed graph and 30-60 us of host time when launched eagerly
   as one Triton kernel;
 - ``kv_write`` stores a step's K and V into the paged cache with one Triton kernel
   (runtime/kv_cache.py calls it when the cache is marked ``fused``); with ``mode.fuse_rope_kv``
-  the rotation of q and k joins that kernel (runtime/kernels/rope_kv.py).
+  the rotation of q and k joins that kernel (runtime/kernels/rope_kv.py, deferred_rope.py).
 
 The residual is added before the GEMM's output is rounded, so a bf16 layer's output differs from
 transformers' by one rounding of the sum; compare engines on the same (fused) model. On tensors the
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import rope_kv
+from . import deferred_rope
 from .fused_elementwise import triton_kernels, triton_ok
 from .paged_attention import triton_next_pow2
 
@@ -102,12 +102,12 @@ def _layer_forward(layer: nn.Module, hidden_states: torch.Tensor, *args, **kwarg
     # RoPE waits for the K/V write in the runtime's own attention (its batch metadata is here)
     arm = layer.__dict__.get("cbsim_rope_kv", False) and kwargs.get("cbsim_meta") is not None
     if arm:
-        rope_kv.arm(True)
+        deferred_rope.arm(True)
     try:
         h, _ = layer.self_attn(hidden_states=h, **kwargs)  # residual + attention, from o_proj
     finally:
         if arm:
-            rope_kv.arm(False)
+            deferred_rope.arm(False)
     layer.mlp.down_proj.cbsim_residual = h
     return layer.mlp(layer.post_attention_layernorm(h))  # h + MLP, from down_proj
 
@@ -135,7 +135,7 @@ def _fusable_layer(layer: nn.Module) -> bool:
 def fuse_epilogues(model: nn.Module, *, rope_kv_write: bool = False) -> dict[str, int]:
     """Residual adds into the o_proj and down GEMMs, SiLU x up into one kernel (where gate/up
     are fused), in place and idempotent; with ``rope_kv_write`` RoPE joins the K/V write
-    (runtime/kernels/rope_kv.py). Returns how many layers and MLPs were switched."""
+    (runtime/kernels/rope_kv.py, deferred_rope.py). Returns how many layers and MLPs were switched."""
     layers = mlps = 0
     for module in model.modules():
         if type(module).__name__.endswith("DecoderLayer") and _fusable_layer(module):
