@@ -92,8 +92,9 @@ def test_cuda_graphs_off_launches_every_kernel():
     c_on, c_off = on.other_data["sim_counters"], off.other_data["sim_counters"]
     # the prefill replays its token bucket's graph too (engine.mixed_graphs=auto)
     assert c_on["graph_steps"] == m_on["steps"]
-    # the 1B shape's 16 layers at 10 kernels each (fused epilogues) and the per-forward ones
-    assert c_off["graph_steps"] == 0 and c_off["kernels_launched"] > 160 * m_off["steps"]
+    # the 1B shape's 16 layers at 9 kernels each (fused epilogues, rope in the K/V write) and
+    # the per-forward ones
+    assert c_off["graph_steps"] == 0 and c_off["kernels_launched"] > 144 * m_off["steps"]
     assert m_off["host_ms_per_step"]["launch"] > 5 * m_on["host_ms_per_step"]["launch"]
     assert not spans(off, S.COMPUTE, S.GRAPH_REPLAY).shape[0]
     assert spans(off, S.COMPUTE, S.CARRY_OVER).shape[0] == m_off["steps"] - 1
