@@ -118,8 +118,7 @@ def _rope_kv_write_kernel(
     c_hi = tl.load(cos_ptr + s * scs + HALF + offs_d).to(tl.float32)
     s_lo = tl.load(sin_ptr + s * sss + offs_d).to(tl.float32)
     s_hi = tl.load(sin_ptr + s * sss + HALF + offs_d).to(tl.float32)
-    is_q = hb < NQB
-    if is_q:
+    if hb < NQB:
         heads = hb * HB + tl.arange(0, HB)
         mask = (heads < Hq)[:, None]
         src = q_ptr + s * sqs + heads[:, None] * sqh
@@ -142,7 +141,7 @@ def _rope_kv_write_kernel(
     ).to(dt)
     tl.store(dst + offs_d[None, :], lo, mask=mask)
     tl.store(dst + HALF + offs_d[None, :], hi, mask=mask)
-    if not is_q:
+    if hb >= NQB:
         slot = tl.load(slot_ptr + s).to(tl.int64)
         row = kc_ptr + slot * Hkv * 2 * HALF + heads[:, None] * 2 * HALF
         tl.store(row + offs_d[None, :], lo, mask=mask)
