@@ -191,7 +191,8 @@ def test_mixed_graphs_replay_the_eager_tokens(config_factory, case):
         od = res.trace.other_data
         mem = od["memory"]
         print(f"{case} {od['engine']}: {mem}")
-        assert od["fused"] == {"projections": True, "norm_rope": True, "epilogues": True}
+        want = {"projections": True, "norm_rope": True, "epilogues": True, "rope_kv": True}
+        assert od["fused"] == want
         assert mem["mixed_graph_steps"] == slots * len(od["mixed_graph_buckets"])
         assert mem["mixed_graphs"] == mem["mixed_graph_steps"] * (layers + 1)
         assert res.summary["mixed_graph_steps"] > 0
