@@ -60,13 +60,11 @@ class NvmlSampler:
 
 
 def make_config(overrides: list[str]):
-    from hydra import compose, initialize_config_module
+    """The checked config of ``python -m cbsim OVERRIDES`` (hardware=auto or a profile
+    directory as the command line takes them)."""
+    from cbsim.api import compose
 
-    from cbsim.config.store import load_config, register_configs
-
-    register_configs()
-    with initialize_config_module(config_module="cbsim.conf", version_base="1.3"):
-        return load_config(compose(config_name="config", overrides=overrides))
+    return compose(*overrides)
 
 
 def run_ours(model, config, engine: str) -> dict:
