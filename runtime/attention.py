@@ -204,8 +204,7 @@ def attend(
     between two pieces, and the next piece reads that buffer). With ``rope`` (cos, sin) q and k
     come unrotated, and one kernel rotates them as it writes the cache."""
     if rope is None:
-        k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
-        meta.cache.write(layer, k, v, meta.slot_mapping)
+        meta.cache.write(layer, key[0].transpose(0, 1), value[0].transpose(0, 1), meta.slot_mapping)
     else:
         query, key = meta.cache.write_rotated(layer, query, key, value, rope, meta.slot_mapping)
     q = query[0].transpose(0, 1)  # [T, Hq, D]

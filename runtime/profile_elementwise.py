@@ -44,9 +44,7 @@ def _elementwise(cfg: CbsimConfig, dev: torch.device) -> dict[str, Callable]:
         )
 
     def rope(r):
-        qkv = torch.randn(1, r, (hq + 2 * hkv) * d, dtype=dt, device=dev)
-        q = qkv[..., : hq * d].view(1, r, hq, d).transpose(1, 2)
-        k = qkv[..., hq * d : (hq + hkv) * d].view(1, r, hkv, d).transpose(1, 2)
+        q, k, _ = _qkv_views(r, hq, hkv, d, dt, dev)
         cos = torch.randn(1, r, d, dtype=dt, device=dev)
         if triton:
             return lambda: apply_rope(q, k, cos, cos)
@@ -117,13 +115,18 @@ def _rope_kv(hq: int, hkv: int, d: int, dt, dev, r: int):
     """mode.fuse_rope_kv's one kernel: q and k rotated, k and v into their cache slots."""
     from .kernels.rope_kv import rope_kv_write
 
-    qkv = torch.randn(1, r, (hq + 2 * hkv) * d, dtype=dt, device=dev)
-    q = qkv[..., : hq * d].view(1, r, hq, d).transpose(1, 2)
-    k = qkv[..., hq * d : (hq + hkv) * d].view(1, r, hkv, d).transpose(1, 2)
-    v = qkv[..., (hq + hkv) * d :].view(1, r, hkv, d).transpose(1, 2)
+    q, k, v = _qkv_views(r, hq, hkv, d, dt, dev)
     cos = torch.randn(1, r, d, dtype=dt, device=dev)
     kc, vc, _, slots = _kv_operands(r, hkv, d, dt, dev)
     return lambda: rope_kv_write(q, k, v, (cos, cos), kc, vc, slots)
+
+
+def _qkv_views(r: int, hq: int, hkv: int, d: int, dt, dev) -> tuple[torch.Tensor, ...]:
+    """q, k and v [1, heads, r, d] as a layer sees them: views of one fused projection output."""
+    qkv = torch.randn(1, r, (hq + 2 * hkv) * d, dtype=dt, device=dev)
+    q = qkv[..., : hq * d].view(1, r, hq, d).transpose(1, 2)
+    k = qkv[..., hq * d : (hq + hkv) * d].view(1, r, hkv, d).transpose(1, 2)
+    return q, k, qkv[..., (hq + hkv) * d :].view(1, r, hkv, d).transpose(1, 2)
 
 
 def _gate_up(r: int, inter: int, dt, dev) -> torch.Tensor:

@@ -20,12 +20,8 @@ from __future__ import annotations
 FUSED_LAYER_KERNELS_SAVED = 4
 # and mode.fuse_rope_kv on top of it: RoPE inside the K/V write (runtime/kernels/rope_kv.py)
 ROPE_KV_KERNELS_SAVED = 1
-# the kernels a layer saves on each build hardware.gpu.kernel_counts_of names
-SAVED_ON = {
-    "unfused": 0,
-    "fused": FUSED_LAYER_KERNELS_SAVED,
-    "fused_rope_kv": FUSED_LAYER_KERNELS_SAVED + ROPE_KV_KERNELS_SAVED,
-}
+# the build (fuse_epilogues, fuse_rope_kv) each hardware.gpu.kernel_counts_of names
+COUNTED_BUILDS = {"unfused": (False, False), "fused": (True, False), "fused_rope_kv": (True, True)}
 
 
 def saved_kernels(fused_epilogues: bool, rope_kv: bool) -> int:
@@ -41,7 +37,8 @@ def layer_kernels(gpu, fused_epilogues: bool, rope_kv: bool = False) -> int:
     another engine's counts are used as they are), and at least one."""
     if gpu.kernel_counts_of == "engine":
         return gpu.kernels_per_layer
-    delta = SAVED_ON[gpu.kernel_counts_of] - saved_kernels(fused_epilogues, rope_kv)
+    counted = saved_kernels(*COUNTED_BUILDS[gpu.kernel_counts_of])
+    delta = counted - saved_kernels(fused_epilogues, rope_kv)
     return max(1, gpu.kernels_per_layer + delta)
 
 

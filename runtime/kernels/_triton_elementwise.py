@@ -25,6 +25,34 @@ def _rmsnorm_kernel(
 
 
 @triton.jit
+def rotate_tile(src, cos_row, sin_row, mask, HALF: tl.constexpr):
+    """transformers' apply_rotary_pos_emb of the heads at ``src`` (rows of 2 x HALF) in their
+    dtype: x * cos + rotate_half(x) * sin, each product and the sum rounded as torch rounds
+    them. Returns the two halves (lo, hi) in that dtype."""
+    offs_d = tl.arange(0, HALF)
+    c_lo = tl.load(cos_row + offs_d).to(tl.float32)
+    c_hi = tl.load(cos_row + HALF + offs_d).to(tl.float32)
+    s_lo = tl.load(sin_row + offs_d).to(tl.float32)
+    s_hi = tl.load(sin_row + HALF + offs_d).to(tl.float32)
+    x1 = tl.load(src + offs_d[None, :], mask=mask, other=0.0)
+    x2 = tl.load(src + HALF + offs_d[None, :], mask=mask, other=0.0)
+    dt = x1.dtype
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    lo = (x1 * c_lo[None, :]).to(dt).to(tl.float32) - (x2 * s_lo[None, :]).to(dt).to(tl.float32)
+    hi = (x2 * c_hi[None, :]).to(dt).to(tl.float32) + (x1 * s_hi[None, :]).to(dt).to(tl.float32)
+    return lo.to(dt), hi.to(dt)
+
+
+@triton.jit
+def store_halves(dst, lo, hi, mask, HALF: tl.constexpr):
+    """Rows of 2 x HALF at ``dst``: ``lo`` then ``hi``."""
+    offs_d = tl.arange(0, HALF)
+    tl.store(dst + offs_d[None, :], lo, mask=mask)
+    tl.store(dst + HALF + offs_d[None, :], hi, mask=mask)
+
+
+@triton.jit
 def _rope_kernel(
     q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr,
     S, Hq, Hkv,
@@ -39,11 +67,6 @@ def _rope_kernel(
     hb = tl.program_id(1)
     b = tok // S
     s = tok % S
-    offs_d = tl.arange(0, HALF)
-    c_lo = tl.load(cos_ptr + b * scb + s * scs + offs_d).to(tl.float32)
-    c_hi = tl.load(cos_ptr + b * scb + s * scs + HALF + offs_d).to(tl.float32)
-    s_lo = tl.load(sin_ptr + b * ssb + s * sss + offs_d).to(tl.float32)
-    s_hi = tl.load(sin_ptr + b * ssb + s * sss + HALF + offs_d).to(tl.float32)
     if hb < NQB:
         heads = hb * HB + tl.arange(0, HB)
         mask = (heads < Hq)[:, None]
@@ -54,15 +77,9 @@ def _rope_kernel(
         mask = (heads < Hkv)[:, None]
         src = k_ptr + b * skb + s * sks + heads[:, None] * skh
         dst = ko_ptr + b * tob + s * tos + heads[:, None] * toh
-    x1 = tl.load(src + offs_d[None, :], mask=mask, other=0.0)
-    x2 = tl.load(src + HALF + offs_d[None, :], mask=mask, other=0.0)
-    dt = x1.dtype
-    x1 = x1.to(tl.float32)
-    x2 = x2.to(tl.float32)
-    lo = (x1 * c_lo[None, :]).to(dt).to(tl.float32) - (x2 * s_lo[None, :]).to(dt).to(tl.float32)
-    hi = (x2 * c_hi[None, :]).to(dt).to(tl.float32) + (x1 * s_hi[None, :]).to(dt).to(tl.float32)
-    tl.store(dst + offs_d[None, :], lo.to(dt), mask=mask)
-    tl.store(dst + HALF + offs_d[None, :], hi.to(dt), mask=mask)
+    cos_row = cos_ptr + b * scb + s * scs
+    lo, hi = rotate_tile(src, cos_row, sin_ptr + b * ssb + s * sss, mask, HALF)
+    store_halves(dst, lo, hi, mask, HALF)
 
 
 @triton.jit
@@ -103,7 +120,7 @@ def _kv_write_kernel(
 @triton.jit
 def _rope_kv_write_kernel(
     q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, kc_ptr, vc_ptr, slot_ptr,
-    S, Hq, Hkv,
+    Hq, Hkv,
     sqh, sqs, skh, sks, svh, svs,  # q/k/v strides (head, token); batch 1, the head dim contiguous
     soh, sos, toh, tos,  # rotated q/k strides (head, token)
     scs, sss,  # cos/sin strides (token)
@@ -113,11 +130,6 @@ def _rope_kv_write_kernel(
     # cache slot as _kv_write_kernel writes them: one kernel where those were two
     s = tl.program_id(0)
     hb = tl.program_id(1)
-    offs_d = tl.arange(0, HALF)
-    c_lo = tl.load(cos_ptr + s * scs + offs_d).to(tl.float32)
-    c_hi = tl.load(cos_ptr + s * scs + HALF + offs_d).to(tl.float32)
-    s_lo = tl.load(sin_ptr + s * sss + offs_d).to(tl.float32)
-    s_hi = tl.load(sin_ptr + s * sss + HALF + offs_d).to(tl.float32)
     if hb < NQB:
         heads = hb * HB + tl.arange(0, HB)
         mask = (heads < Hq)[:, None]
@@ -128,27 +140,13 @@ def _rope_kv_write_kernel(
         mask = (heads < Hkv)[:, None]
         src = k_ptr + s * sks + heads[:, None] * skh
         dst = ko_ptr + s * tos + heads[:, None] * toh
-    x1 = tl.load(src + offs_d[None, :], mask=mask, other=0.0)
-    x2 = tl.load(src + HALF + offs_d[None, :], mask=mask, other=0.0)
-    dt = x1.dtype
-    x1 = x1.to(tl.float32)
-    x2 = x2.to(tl.float32)
-    lo = (
-        (x1 * c_lo[None, :]).to(dt).to(tl.float32) - (x2 * s_lo[None, :]).to(dt).to(tl.float32)
-    ).to(dt)
-    hi = (
-        (x2 * c_hi[None, :]).to(dt).to(tl.float32) + (x1 * s_hi[None, :]).to(dt).to(tl.float32)
-    ).to(dt)
-    tl.store(dst + offs_d[None, :], lo, mask=mask)
-    tl.store(dst + HALF + offs_d[None, :], hi, mask=mask)
+    lo, hi = rotate_tile(src, cos_ptr + s * scs, sin_ptr + s * sss, mask, HALF)
+    store_halves(dst, lo, hi, mask, HALF)
     if hb >= NQB:
-        slot = tl.load(slot_ptr + s).to(tl.int64)
-        row = kc_ptr + slot * Hkv * 2 * HALF + heads[:, None] * 2 * HALF
-        tl.store(row + offs_d[None, :], lo, mask=mask)
-        tl.store(row + HALF + offs_d[None, :], hi, mask=mask)
+        row = (tl.load(slot_ptr + s).to(tl.int64) * Hkv + heads[:, None]) * 2 * HALF
+        store_halves(kc_ptr + row, lo, hi, mask, HALF)
         v_src = v_ptr + s * svs + heads[:, None] * svh
-        v_row = vc_ptr + slot * Hkv * 2 * HALF + heads[:, None] * 2 * HALF
+        offs_d = tl.arange(0, HALF)
         v1 = tl.load(v_src + offs_d[None, :], mask=mask, other=0.0)
         v2 = tl.load(v_src + HALF + offs_d[None, :], mask=mask, other=0.0)
-        tl.store(v_row + offs_d[None, :], v1, mask=mask)
-        tl.store(v_row + HALF + offs_d[None, :], v2, mask=mask)
+        store_halves(vc_ptr + row, v1, v2, mask, HALF)

@@ -100,14 +100,13 @@ def _layer_forward(layer: nn.Module, hidden_states: torch.Tensor, *args, **kwarg
     layer.self_attn.o_proj.cbsim_residual = hidden_states
     h = layer.input_layernorm(hidden_states)
     # RoPE waits for the K/V write in the runtime's own attention (its batch metadata is here)
-    arm = layer.__dict__.get("cbsim_rope_kv", False) and kwargs.get("cbsim_meta") is not None
-    if arm:
-        deferred_rope.arm(True)
+    deferred_rope.arm(
+        layer.__dict__.get("cbsim_rope_kv", False) and kwargs.get("cbsim_meta") is not None
+    )
     try:
         h, _ = layer.self_attn(hidden_states=h, **kwargs)  # residual + attention, from o_proj
     finally:
-        if arm:
-            deferred_rope.arm(False)
+        deferred_rope.arm(False)
     layer.mlp.down_proj.cbsim_residual = h
     return layer.mlp(layer.post_attention_layernorm(h))  # h + MLP, from down_proj
 

@@ -40,7 +40,7 @@ def rope_kv_write(
     hb = 8
     nqb = -(-hq // hb)
     triton_kernels()._rope_kv_write_kernel[(s, nqb + -(-hkv // hb))](
-        q, k, v, cos, sin, qo, ko, k_flat, v_flat, slots, s, hq, hkv,
+        q, k, v, cos, sin, qo, ko, k_flat, v_flat, slots, hq, hkv,
         q.stride(1), q.stride(2), k.stride(1), k.stride(2), v.stride(1), v.stride(2),
         qo.stride(1), qo.stride(2), ko.stride(1), ko.stride(2), cos.stride(1), sin.stride(1),
         HALF=d // 2, HB=hb, NQB=nqb, num_warps=1, enable_fp_fusion=False,
