@@ -46,6 +46,10 @@ from cbsim.widening import widen
 
 QUANTILES = {"p5": 5.0, "median": 50.0, "p95": 95.0}
 METRICS = ("total_time_s", "gpu_idle_fraction")
+# the engines in the order a compare runs them (a draw's host seeds and levels follow it)
+ENGINES = ("sync", "async")
+# mixed into the level strata's seed of the second engine: its own order of the strata
+LEVEL_SALT = 7
 
 
 def speed_factors(between_calls: float, draws: int, seed: int) -> list[float]:
@@ -104,17 +108,21 @@ def forward_scales(forward_error: float, draws: int, seed: int) -> list[float]:
     return [scales[i] for i in order]
 
 
-def drawn_profiles(hw: HardwareConfig) -> list[HardwareConfig]:
-    """The profile as each draw runs it: every host cost times the draw's host-speed factor, the
-    draw's step jitter and realization of the host's levels (seeded per draw), every forward
-    times the draw's forward-model error. The same draws for predict_bands and validation."""
+def drawn_profiles(hw: HardwareConfig, engine: str = "sync") -> list[HardwareConfig]:
+    """The profile as each draw runs ``engine``: every host cost times the draw's host-speed
+    factor, every forward times the draw's forward-model error, the draw's step jitter and
+    realization of the host's levels. A compare runs sync and then async in one call, so the
+    two engines of a draw share its factor and forward error (the call's) but each meets its
+    own stretch of the host's levels and jitter (seeded per engine and draw). The same draws
+    for predict_bands and validation."""
     spread, gpu_spread = hw.host.spread, hw.gpu.spread
     host_factors = speed_factors(spread.between_calls, spread.draws, spread.seed)
     scales = forward_scales(gpu_spread.forward_error, spread.draws, spread.seed)
-    levels = level_quantiles(spread.draws, spread.seed)
+    nth = ENGINES.index(engine)
+    levels = level_quantiles(spread.draws, spread.seed + nth * LEVEL_SALT)
     out = []
     for i, (factor, scale) in enumerate(zip(host_factors, scales)):
-        host = scaled_host(hw.host, factor, spread.seed + 1 + i, levels[i])
+        host = scaled_host(hw.host, factor, spread.seed + 1 + nth * spread.draws + i, levels[i])
         drawn_gpu = dataclasses.replace(gpu_spread, forward_scale=gpu_spread.forward_scale * scale)
         gpu = dataclasses.replace(hw.gpu, spread=drawn_gpu)
         out.append(dataclasses.replace(hw, host=host, gpu=gpu))
@@ -132,15 +140,14 @@ def level_quantiles(draws: int, seed: int) -> list[float]:
 
 def draw_metrics(cfg: CbsimConfig) -> list[dict[str, dict[str, float]]]:
     """Per draw, per engine: the metrics of ``METRICS``."""
-    out = []
-    for hw in drawn_profiles(cfg.hardware):
-        drawn = dataclasses.replace(cfg, hardware=hw)
-        per_engine = {}
-        for engine in ("sync", "async"):
-            m = _simulate(as_engine(drawn, engine), engine)
-            per_engine[engine] = {k: float(m[k]) for k in METRICS}
-        out.append(per_engine)
-    return out
+    per_engine = {}
+    for engine in ENGINES:
+        runs = []
+        for hw in drawn_profiles(cfg.hardware, engine):
+            m = _simulate(as_engine(dataclasses.replace(cfg, hardware=hw), engine), engine)
+            runs.append({k: float(m[k]) for k in METRICS})
+        per_engine[engine] = runs
+    return [dict(zip(ENGINES, same_draw)) for same_draw in zip(*per_engine.values())]
 
 
 def band(values: list[float]) -> dict[str, float]:
@@ -170,7 +177,7 @@ def predict_bands(cfg: CbsimConfig) -> dict[str, Any]:
     error = cfg.hardware.model_error
     if error.any:
         result["model_error"] = dataclasses.asdict(error)
-    for engine in ("sync", "async"):
+    for engine in ENGINES:
         result[engine] = {
             k: widened(k, band([d[engine][k] for d in draws]), error) for k in METRICS
         }

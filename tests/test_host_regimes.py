@@ -136,17 +136,9 @@ def test_the_fast_forward_is_exact_across_switches(graphs):
         )
         sp = slow.spans
         launch = sp[(sp.name == "launch") & (sp.kind == "decode")].dur.to_numpy()
-        fast_us, slow_us = launch.min(), launch.max()
-        if graphs:
-            assert slow_us / fast_us == pytest.approx(2.0, rel=1e-9)  # both levels seen
-            continue
-        # an eager launch's own cost (kernel_launch_us a kernel here) stays at the profile's
-        # level, its copies and events double: both levels seen, the kernels' part unchanged
-        assert len(np.unique(launch.round(6))) == 2
-        kernels_us = 2 * fast_us - slow_us
-        per_kernel = cfg.hardware.host.kernel_launch_us
-        assert kernels_us > 0.5 * fast_us
-        assert kernels_us / per_kernel == pytest.approx(round(kernels_us / per_kernel), abs=1e-6)
+        # both levels seen, and every host cost doubles in the slow one: an eager launch's own
+        # (kernels and forward, at the profile's eager level) as much as its copies and events
+        assert launch.max() / launch.min() == pytest.approx(2.0, rel=1e-5)
 
 
 def test_a_bands_draws_start_slow_in_the_slow_share_of_them():

@@ -45,8 +45,10 @@ class LaunchHost:
     eager launch's own (per kernel, per forward) at the profile's eager level: its level is not
     the Python phases' (the H100 profile's machine: fresh processes ran the phases at x0.59 of
     the probes' fit and the eager launches at x1.21-1.45; held-out processes reading a host
-    twice as slow at start launched eagerly about 1.2x as long). The steady stretch
-    (stretch_loop.py) charges the very same products."""
+    twice as slow at start launched eagerly about 1.2x as long). The host's fast and slow
+    stays (a band's draw) move it as they move every host cost: times the factor in force over
+    the run's mean factor, 1 in a plain run. The steady stretch (stretch_loop.py) charges the
+    very same products."""
 
     per_block: float  # launch_per_block_us: staging one block-table entry
     copy: float  # copy_launch_us
@@ -56,14 +58,15 @@ class LaunchHost:
     forward: float  # eager_forward_us: an eager forward's own Python beside its kernels
 
     @classmethod
-    def at(cls, hc: HostCosts, factor: float) -> LaunchHost:
+    def at(cls, hc: HostCosts, factor: float, stay: float = 1.0) -> LaunchHost:
+        """``stay``: the factor in force over the run's mean one (the eager launch's share)."""
         return cls(
             factor * hc.launch_per_block_us,
             factor * hc.copy_launch_us,
             factor * hc.event_us,
             factor * hc.graph_launch_us,
-            hc.kernel_launch_us,
-            hc.eager_forward_us,
+            stay * hc.kernel_launch_us,
+            stay * hc.eager_forward_us,
         )
 
     def eager_kernel(self, kernels: int) -> float:
@@ -77,7 +80,8 @@ def launch_host(host: HostState, factor: float) -> LaunchHost:
     plain run's one, a band's draw's two levels)."""
     got = host.launch_hosts.get(factor)
     if got is None:
-        got = host.launch_hosts[factor] = LaunchHost.at(host.costs.host, factor)
+        stay = factor / host.speed.factor
+        got = host.launch_hosts[factor] = LaunchHost.at(host.costs.host, factor, stay)
     return got
 
 

@@ -23,9 +23,10 @@ from cbsim.widening import widen
 
 def drawn_metrics(result: RunResult, hw: HardwareConfig) -> list[dict[str, float]]:
     """Per draw of ``hw``'s spread (cbsim.bands.drawn_profiles: host speed, the host's levels,
-    the forward model's error): the banded metrics of the run simulated so."""
+    the forward model's error, as the run's engine meets them): the banded metrics of the run
+    simulated so."""
     out = []
-    for drawn in drawn_profiles(hw):
+    for drawn in drawn_profiles(hw, result.rec.engine):
         m = banded_metrics(simulate_like(result.rec, drawn))
         out.append({k: float(m[k]) for k in BANDED})
     return out
@@ -59,8 +60,8 @@ def all_draws(runs: list[RunResult], jobs: int, show: bool) -> list[list[dict[st
 def attach_bands(
     results: list[RunResult], pairs: list[Speedup], show: bool = True, jobs: int = 1
 ) -> None:
-    """Bands on every run with a profile, and on every pair whose runs share one (the same
-    draws for both engines: the speedup of each draw)."""
+    """Bands on every run with a profile, and on every pair whose runs share one (draw by draw:
+    the speedup of the call each draw stands for)."""
     runs = [r for r in results if r.hardware is not None]
     draws: dict[int, list[dict[str, Any]]] = {}
     for r, drawn in zip(runs, all_draws(runs, jobs, show)):
