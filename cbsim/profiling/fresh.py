@@ -42,8 +42,10 @@ from cbsim.bands import host_times_scaled
 from cbsim.calibration.recordings import load
 from cbsim.calibration.simulated import simulate_like
 from cbsim.config.errors import ConfigError
+from cbsim.config.hardware import HostCosts
 from cbsim.config.schema import HardwareConfig
 from cbsim.profiling.budget import Budget
+from cbsim.profiling.eager_exponent import fit_eager_exponent
 from cbsim.profiling.options import Probe
 from cbsim.trace import Trace, TraceError, read_trace
 from cbsim.trace import schema as S
@@ -133,6 +135,8 @@ class FreshLevel:
     # run -> its eager launches' factor (recorded over simulated), for runs with any; their
     # median is the level of the eager launch costs (none: they take the host factor)
     eager_runs: dict[str, float] = dataclasses.field(default_factory=dict)
+    # run -> its host reading at start, for every run that has one (eager-only runs too)
+    readings: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def eager(self) -> float | None:
@@ -147,7 +151,7 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     by_run: dict[str, dict[str, Any]] = {}
     for r in runtime_traces(load(paths, out / FRESH_DIR)):  # run_<i> or gpu-<uuid>/run_<i>
         by_run.setdefault(str(Path(r.name).parent), {})[r.engine] = r
-    machines, readings, eager, eager_only = {}, {}, {}, set()
+    machines, readings, eager, eager_only, all_readings = {}, {}, {}, set(), {}
     for run, engines in sorted(by_run.items()):
         sync = engines.get("sync")
         if sync is None:
@@ -158,6 +162,8 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
         eager_factors = [f for f in map(eager_factor, runs, sims) if f is not None]
         if eager_factors:
             eager[run] = math.exp(statistics.fmean(math.log(f) for f in eager_factors))
+        if sync.host_python_us:
+            all_readings[run] = sync.host_python_us
         if Path(run).name.startswith(EAGER_PREFIX):
             eager_only.add(run)  # its host phases and forwards are not the graphed ones'
             continue
@@ -180,7 +186,7 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     known = [x for x in readings.values() if x is not None]
     python_us = round(statistics.median(known), 1) if len(known) == len(machines) else 0.0
     eager = {run: f for run, f in eager.items() if run in machines or run in eager_only}
-    return FreshLevel(machines, host, spread, forward, python_us, eager)
+    return FreshLevel(machines, host, spread, forward, python_us, eager, all_readings)
 
 
 def phase_factor(rec, sim: Trace) -> float:
@@ -242,6 +248,7 @@ def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> 
     host = dataclasses.replace(
         host, level=dataclasses.replace(host.level, python_us=level.python_us)
     )
+    host = with_eager_exponent(host, level, prov)
     prov["host.level.python_us"] = (
         f"measured: the median start-of-run host_python_us of {n} fresh runs ({FRESH_DIR}/), "
         "the host the costs now hold on"
@@ -255,6 +262,17 @@ def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> 
             f"measured: std of log host factor over {n} fresh runs ({FRESH_DIR}/)"
         )
     return dataclasses.replace(hw, host=host)
+
+
+def with_eager_exponent(host: HostCosts, level: FreshLevel, prov: dict[str, str]) -> HostCosts:
+    """``host`` with the exponent by which its eager launches follow the reading, where the
+    fresh runs measure one (cbsim/profiling/eager_exponent.py); provenance says so either way."""
+    exponent, why = fit_eager_exponent(level.readings, level.eager_runs, level.python_us)
+    if exponent is None:
+        prov["host.level.eager_exponent"] = f"kept at {host.level.eager_exponent}: {why}"
+        return host
+    prov["host.level.eager_exponent"] = why
+    return dataclasses.replace(host, level=dataclasses.replace(host.level, eager_exponent=exponent))
 
 
 def level_summary(level: FreshLevel) -> dict[str, Any]:
@@ -272,6 +290,7 @@ def level_summary(level: FreshLevel) -> dict[str, Any]:
         "between_calls": round(level.between_calls, 4),
         "python_us": level.python_us,
         "eager_factor": None if level.eager is None else round(level.eager, 4),
+        "eager_exponent": fit_eager_exponent(level.readings, level.eager_runs, level.python_us)[0],
         "runs": dict(sorted(runs.items())),
     }
 

@@ -42,10 +42,11 @@ class StepPlan:
 @dataclass(slots=True, frozen=True)
 class LaunchHost:
     """A launch's host costs (microseconds) at the host's speed factor when it starts, but an
-    eager launch's own (per kernel, per forward) at the profile's eager level: its level is not
+    eager launch's own (per kernel, per forward) at the profile's eager level, times the host's
+    reading to a power of its own (``hardware.host.level.eager_exponent``): its level is not
     the Python phases' (the H100 profile's machine: fresh processes ran the phases at x0.59 of
-    the probes' fit and the eager launches at x1.21-1.45; held-out processes reading a host
-    twice as slow at start launched eagerly about 1.2x as long). The host's fast and slow
+    the probes' fit and the eager launches at x1.21-1.45; processes of other machines reading
+    a host twice as slow at start launched eagerly 1.2-1.9x as long). The host's fast and slow
     stays (a band's draw) move it as they move every host cost: times the factor in force over
     the run's mean factor, 1 in a plain run. The steady stretch (stretch_loop.py) charges the
     very same products."""
@@ -60,13 +61,14 @@ class LaunchHost:
     @classmethod
     def at(cls, hc: HostCosts, factor: float, stay: float = 1.0) -> LaunchHost:
         """``stay``: the factor in force over the run's mean one (the eager launch's share)."""
+        eager = stay * hc.level.eager_factor
         return cls(
             factor * hc.launch_per_block_us,
             factor * hc.copy_launch_us,
             factor * hc.event_us,
             factor * hc.graph_launch_us,
-            stay * hc.kernel_launch_us,
-            stay * hc.eager_forward_us,
+            eager * hc.kernel_launch_us,
+            eager * hc.eager_forward_us,
         )
 
     def eager_kernel(self, kernels: int) -> float:
