@@ -1,5 +1,6 @@
-"""The host's speed over simulated time: the factor every host cost is charged at, but an eager
-launch's own (its kernels and its forward's Python, at the profile's level: launch.py).
+"""The host's speed over simulated time: the factor every host cost is charged at (an eager
+launch's own, its kernels and its forward's Python, at its own level times this factor over the
+run's mean one: launch.py).
 
 The GPU machine's host switches between a fast and a slow level (hardware.host.regimes: a
 VM-level effect, an H200 recording). A plain simulation charges every host
