@@ -6,8 +6,9 @@ a run, and it varies from step to step). The profile carries all three (``hardwa
 ``hardware.host.regimes``); ``predict_bands(cfg)`` simulates both engines ``draws`` times, each
 draw with every host cost multiplied by a host-speed factor (log-normal with ``between_calls``,
 drawn stratified so a few draws span the distribution), the host's level over time one seeded
-realization of the regimes' two-state process (cbsim/sim/host_speed.py: a short run sees few
-switches and lands mostly fast or mostly slow, a long one averages them out) and, when
+realization of the regimes' two-state process per engine (cbsim/sim/host_speed.py: a short run
+sees few switches and lands mostly fast or mostly slow, a long one averages them out; sync and
+async run one after the other, so each meets its own stretch of it) and, when
 ``within_run`` is set, each host phase varied step to step around it; with
 ``hardware.gpu.spread.forward_error`` every forward also takes a drawn factor, the GPU model's own error
 on runs it was not fitted on (a GPU-bound async run does not move with the host). It reports P5, median and
