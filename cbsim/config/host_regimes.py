@@ -13,8 +13,9 @@ class HostRegimes:
     """The host's speed switching between two levels over time (a VM-level effect, invisible to
     the guest: an H200 recording): the fitted host costs are the fast level, and while the host
     is slow every host cost is ``slow_factor`` times longer (an eager launch's own, which a
-    plain run charges at its own level, by the same ratio about that level: cbsim/sim/launch.py). The level is a two-state continuous-time Markov process with exponential dwell
-    times of these means. A plain simulation runs the host at the expected factor; a band's draw
+    plain run charges at its own level, by the same ratio about that level: cbsim/sim/launch.py).
+    The level is a two-state continuous-time Markov process with exponential dwell times of
+    these means. A plain simulation runs the host at the expected factor; a band's draw
     (cbsim/bands.py) draws one realization (cbsim/sim/host_speed.py). Not frozen: Hydra
     overrides a frozen node not at all."""
 

@@ -6,10 +6,9 @@ The eager launch (torch's dispatch of every kernel from Python) follows it only 
 processes of three H100 machines, reading x1.03-x2.43 the profile's host, launched eagerly that
 ratio to the 0.30-0.95 (docs/validation.md). Each fresh run with eager launches gives one point,
 the log of its eager launch factor against the log of its reading; the exponent is the
-least-squares slope of those points (their means removed: the level is the profile's eager
-factor, measured apart). One machine's
-processes often read within a few percent of each other: then the slope is noise, and the
-exponent is not measured.
+least-squares slope of those points (the level is the profile's eager factor, measured apart).
+One machine's processes often read within a few percent of each other: then the slope is
+noise, and the exponent is not measured.
 """
 
 from __future__ import annotations
@@ -47,14 +46,11 @@ def fit_eager_exponent(
             f"the {len(runs)} fresh runs' readings spread {spread:.3f} in log (it takes "
             f"{MIN_READING_SPREAD}: runs of more machines, extra.fresh_from)"
         )
-    x0 = statistics.fmean(xs)
-    xs = [x - x0 for x in xs]
     ys = [math.log(eager[r]) for r in runs]
-    y0 = statistics.fmean(ys)
-    ys = [y - y0 for y in ys]
-    slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    slope = statistics.linear_regression(xs, ys).slope
     exponent = min(max(slope, 0.0), MAX_EAGER_EXPONENT)
-    rms = math.sqrt(statistics.fmean((y - exponent * x) ** 2 for x, y in zip(xs, ys)))
+    y0 = statistics.fmean(ys) - exponent * statistics.fmean(xs)
+    rms = math.sqrt(statistics.fmean((y - y0 - exponent * x) ** 2 for x, y in zip(xs, ys)))
     return round(exponent, 3), (
         f"measured: the eager launch factors of {len(runs)} fresh runs against their readings "
         f"(spread {spread:.3f} in log), the least-squares slope of their logs "

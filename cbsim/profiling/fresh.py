@@ -30,6 +30,7 @@ machine's in ``fresh/gpu-<uuid>/``, so the median and the spread are over machin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import shutil
 import statistics
@@ -138,6 +139,12 @@ class FreshLevel:
     # run -> its host reading at start, for every run that has one (eager-only runs too)
     readings: dict[str, float] = dataclasses.field(default_factory=dict)
 
+    @functools.cached_property
+    def eager_fit(self) -> tuple[float | None, str]:
+        """The exponent by which the eager launches follow the readings, and what it rests on
+        (or None, and why not): cbsim/profiling/eager_exponent.py."""
+        return fit_eager_exponent(self.readings, self.eager_runs, self.python_us)
+
     @property
     def eager(self) -> float | None:
         return statistics.median(self.eager_runs.values()) if self.eager_runs else None
@@ -151,7 +158,7 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
     by_run: dict[str, dict[str, Any]] = {}
     for r in runtime_traces(load(paths, out / FRESH_DIR)):  # run_<i> or gpu-<uuid>/run_<i>
         by_run.setdefault(str(Path(r.name).parent), {})[r.engine] = r
-    machines, readings, eager, eager_only, all_readings = {}, {}, {}, set(), {}
+    machines, readings, eager, eager_only = {}, {}, {}, set()
     for run, engines in sorted(by_run.items()):
         sync = engines.get("sync")
         if sync is None:
@@ -163,7 +170,7 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
         if eager_factors:
             eager[run] = math.exp(statistics.fmean(math.log(f) for f in eager_factors))
         if sync.host_python_us:
-            all_readings[run] = sync.host_python_us
+            readings[run] = sync.host_python_us
         if Path(run).name.startswith(EAGER_PREFIX):
             eager_only.add(run)  # its host phases and forwards are not the graphed ones'
             continue
@@ -176,17 +183,16 @@ def fresh_level(out: Path, hw: HardwareConfig) -> FreshLevel | None:
         machine = CallMachine(forward, host=host)
         if FACTOR_RANGE[0] <= machine.host <= FACTOR_RANGE[1]:
             machines[run] = machine
-            readings[run] = sync.host_python_us
     if not machines:
         return None
     logs = [math.log(m.host) for m in machines.values()]
     spread = statistics.stdev(logs) if len(logs) > 1 else 0.0
     host = statistics.median(m.host for m in machines.values())
     forward = statistics.median(m.forward for m in machines.values())
-    known = [x for x in readings.values() if x is not None]
+    known = [readings[run] for run in machines if run in readings]
     python_us = round(statistics.median(known), 1) if len(known) == len(machines) else 0.0
     eager = {run: f for run, f in eager.items() if run in machines or run in eager_only}
-    return FreshLevel(machines, host, spread, forward, python_us, eager, all_readings)
+    return FreshLevel(machines, host, spread, forward, python_us, eager, readings)
 
 
 def phase_factor(rec, sim: Trace) -> float:
@@ -267,7 +273,7 @@ def apply_level(hw: HardwareConfig, level: FreshLevel, prov: dict[str, str]) -> 
 def with_eager_exponent(host: HostCosts, level: FreshLevel, prov: dict[str, str]) -> HostCosts:
     """``host`` with the exponent by which its eager launches follow the reading, where the
     fresh runs measure one (cbsim/profiling/eager_exponent.py); provenance says so either way."""
-    exponent, why = fit_eager_exponent(level.readings, level.eager_runs, level.python_us)
+    exponent, why = level.eager_fit
     if exponent is None:
         prov["host.level.eager_exponent"] = f"kept at {host.level.eager_exponent}: {why}"
         return host
@@ -290,7 +296,7 @@ def level_summary(level: FreshLevel) -> dict[str, Any]:
         "between_calls": round(level.between_calls, 4),
         "python_us": level.python_us,
         "eager_factor": None if level.eager is None else round(level.eager, 4),
-        "eager_exponent": fit_eager_exponent(level.readings, level.eager_runs, level.python_us)[0],
+        "eager_exponent": level.eager_fit[0],
         "runs": dict(sorted(runs.items())),
     }
 
