@@ -147,6 +147,21 @@ def test_the_printed_table_leads_with_prediction_mean_std_and_baseline(pairs):
     assert "a source line" in lines[0] and any("bootstrap 90%" in line for line in lines)
 
 
+def test_the_means_noise_floor_is_the_pooled_error_of_each_mean(pairs):
+    """A predictor of each workload's true mean expects RMSE sqrt(mean(std^2 / n)) against
+    means of n repeats; one repeat per workload gives no std, so no floor."""
+    j = judge(pairs, Targets())
+    rows = j["workloads"]
+    want = 100 * np.sqrt(np.mean([r["recorded_std"] ** 2 / r["n"] for r in rows]))
+    assert j["means_noise_rmse_points"] == pytest.approx(want) and want > 0
+    assert j["means_noise_rmse_points"] == pytest.approx(j["repeat_std_points"] / np.sqrt(3))
+    assert any(f"RMSE {want:.2f} points against these means" in x for x in check_lines(j))
+    once = judge([p for p in pairs if p.sync.rec.call == "call0"], Targets())
+    assert {r["n"] for r in once["workloads"]} == {1}
+    assert once["means_noise_rmse_points"] is None and once["repeat_std_points"] is None
+    assert not any("these means" in x for x in check_lines(once))
+
+
 def test_binomial_interval_holds_its_mass():
     for n in (6, 24, 60):
         lo, hi = binomial_interval(0.9, n, 0.9)

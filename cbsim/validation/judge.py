@@ -312,12 +312,16 @@ def judge(pairs: list[Speedup], t: Targets, source: str = "") -> dict[str, Any] 
         *band_checks(workloads, t),
     ]
     stds = [w.std for w in workloads if w.std is not None]
+    sem2 = [w.std**2 / w.n for w in workloads if w.std is not None]  # n >= 2 where std is
     judged = [c["passed"] for c in checks if c["passed"] is not None]
     return {
         "workloads": [workload_row(w, g, t) for w, g in zip(workloads, base["per_workload"])],
         "baseline": {k: v for k, v in base.items() if k != "per_workload"},
         # the noise floor: the repeats' pooled std (points), where there are repeats
         "repeat_std_points": 100.0 * float(np.sqrt(np.mean(np.square(stds)))) if stds else None,
+        # the means' own error: the RMSE a predictor of each workload's true mean would expect
+        # against means of this many repeats (std / sqrt(n) per workload, pooled; points)
+        "means_noise_rmse_points": 100.0 * float(np.sqrt(np.mean(sem2))) if sem2 else None,
         "checks": checks,
         "passed": bool(judged) and all(judged),
         "targets": {**dataclasses.asdict(t), "source": source},
@@ -376,4 +380,10 @@ def check_lines(j: dict[str, Any]) -> list[str]:
     floor = j.get("repeat_std_points")
     if floor is not None:
         out.append(f"  noise floor: the repeats' pooled speedup std {floor:.2f} points")
+    means = j.get("means_noise_rmse_points")
+    if means is not None:
+        out.append(
+            "  the means' own error: a predictor of each workload's true mean would score "
+            f"RMSE {means:.2f} points against these means"
+        )
     return out
