@@ -8,6 +8,9 @@ One run does, in order (each section guarded by a time budget, results appended 
            unused pages, padding rows, mixed lengths, several partitions), inside a CUDA graph too
   kernel   32 layers of decode attention (one graph, one KV cache per layer, B=32, Hq=32, Hkv=8,
            D=128) per context: Triton variants vs gathered SDPA vs the fp32 reference
+  launches the decode-attention kernel's tile, warps, stages and partition swept at the 8B's 16
+           and 32 requests and the 1B's 128 over short contexts (benchmarks/decode/launches.py);
+           not in the default sections
   gemm     the M=32 bf16 projections of one layer, unfused (q, k, v, gate, up) vs fused (qkv,
            gate_up), each over 32 weight copies (as 32 layers would be; none fits in L2)
   skinny   a Triton GEMM for few rows against cuBLAS on the 8B, 1B and 3B projections at the
@@ -67,7 +70,7 @@ def main(argv=None):
     else:
         bench.contexts = [int(c) for c in args.contexts.split(",")]
     budgets = dict(
-        check=30.0, kernel=60.0, gemm=20.0, skinny=150.0
+        check=30.0, kernel=60.0, launches=240.0, gemm=20.0, skinny=150.0
     )  # seconds; the model section gets the rest
     for name in args.sections.split(","):
         bench.section_end = bench.elapsed() + budgets.get(name, math.inf)

@@ -9,6 +9,7 @@ from benchmarks.decode.env import EnvSection
 from benchmarks.decode.gemm import GemmSection
 from benchmarks.decode.hf_static import HFStatic
 from benchmarks.decode.kernel import KernelSection
+from benchmarks.decode.launches import LaunchSection
 from benchmarks.decode.model import ModelSection
 from benchmarks.decode.model_checks import ModelChecks
 from benchmarks.decode.skinny import SkinnySection
@@ -18,6 +19,7 @@ class Bench(
     EnvSection,
     CheckSection,
     KernelSection,
+    LaunchSection,
     GemmSection,
     SkinnySection,
     ModelSection,
@@ -25,4 +27,4 @@ class Bench(
     HFStatic,
     BenchBase,
 ):
-    """One benchmark run: sections env, check, kernel, gemm, skinny, model (and table)."""
+    """One benchmark run: sections env, check, kernel, launches, gemm, skinny, model (and table)."""

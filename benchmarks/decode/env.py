@@ -59,6 +59,7 @@ class EnvSection:
             ms = statistics.median(e0.elapsed_time(e1) for e0, e1 in ev)
             info["copy_tbps_measured_eager"] = round(2 * a.numel() * 2 / (ms * 1e-3) / 1e12, 3)
             info["copy_tbps_floor"] = self.copy_tbps
+            self.measured_tbps = info["copy_tbps_measured_eager"]
             del a, b
         self.record(section="env", **info)
         self.log(f"env: {info}")
