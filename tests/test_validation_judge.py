@@ -26,7 +26,8 @@ from synthetic_trace import loop_trace
 from cbsim.calibration.recordings import PACKAGED_RECORDINGS, load
 from cbsim.config import ConfigError
 from cbsim.trace import write_trace
-from cbsim.validation.judge import binomial_interval, check_lines, judge, judged_table
+from cbsim.validation.judge import binomial_interval, judge
+from cbsim.validation.judged_text import check_lines, judged_table
 from cbsim.validation.measure import measure
 from cbsim.validation.runs import RunResult
 from cbsim.validation.speedup import speedups
@@ -156,10 +157,16 @@ def test_the_means_noise_floor_is_the_pooled_error_of_each_mean(pairs):
     assert j["means_noise_rmse_points"] == pytest.approx(want) and want > 0
     assert j["means_noise_rmse_points"] == pytest.approx(j["repeat_std_points"] / np.sqrt(3))
     assert any(f"RMSE {want:.2f} points against these means" in x for x in check_lines(j))
+    z = [r["speedup_points"] / (100 * r["recorded_std"] / np.sqrt(r["n"])) for r in rows]
+    assert [r["speedup_z"] for r in rows] == pytest.approx(z)
+    assert j["means_chi2"]["dof"] == len(rows)
+    assert j["means_chi2"]["chi2"] == pytest.approx(float(np.sum(np.square(z))))
+    assert any("chi-square" in x for x in check_lines(j))
     once = judge([p for p in pairs if p.sync.rec.call == "call0"], Targets())
     assert {r["n"] for r in once["workloads"]} == {1}
     assert once["means_noise_rmse_points"] is None and once["repeat_std_points"] is None
-    assert not any("these means" in x for x in check_lines(once))
+    assert not any("these means" in x or "chi-square" in x for x in check_lines(once))
+    assert once["means_chi2"]["chi2"] is None
 
 
 def test_binomial_interval_holds_its_mass():

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from cbsim.validation.noise import means_noise
 from cbsim.validation.speedup import Speedup
 from cbsim.validation.targets import Targets
 
@@ -275,7 +276,7 @@ def band_checks(workloads: list[Workload], t: Targets) -> list[dict]:
     ]
 
 
-def workload_row(w: Workload, guess: float, t: Targets) -> dict[str, Any]:
+def workload_row(w: Workload, guess: float, t: Targets, z: float | None) -> dict[str, Any]:
     band = w.band
     decision = None
     if band is not None:
@@ -294,6 +295,7 @@ def workload_row(w: Workload, guess: float, t: Targets) -> dict[str, Any]:
         "band_decides": decision,
         "calls": sorted({p.sync.rec.call for p in w.pairs}),
         **w.errors(),
+        "speedup_z": z,  # the miss over its mean's own error (std / sqrt(n))
     }
 
 
@@ -312,78 +314,20 @@ def judge(pairs: list[Speedup], t: Targets, source: str = "") -> dict[str, Any] 
         *band_checks(workloads, t),
     ]
     stds = [w.std for w in workloads if w.std is not None]
-    sem2 = [w.std**2 / w.n for w in workloads if w.std is not None]  # n >= 2 where std is
+    errs = [w.errors()["speedup_points"] for w in workloads]
+    noise = means_noise(errs, [w.std for w in workloads], [w.n for w in workloads])
     judged = [c["passed"] for c in checks if c["passed"] is not None]
+    rows = zip(workloads, base["per_workload"], noise["z"])
     return {
-        "workloads": [workload_row(w, g, t) for w, g in zip(workloads, base["per_workload"])],
+        "workloads": [workload_row(w, g, t, z) for w, g, z in rows],
         "baseline": {k: v for k, v in base.items() if k != "per_workload"},
         # the noise floor: the repeats' pooled std (points), where there are repeats
         "repeat_std_points": 100.0 * float(np.sqrt(np.mean(np.square(stds)))) if stds else None,
         # the means' own error: the RMSE a predictor of each workload's true mean would expect
-        # against means of this many repeats (std / sqrt(n) per workload, pooled; points)
-        "means_noise_rmse_points": 100.0 * float(np.sqrt(np.mean(sem2))) if sem2 else None,
+        # against means of this many repeats, and the misses' chi-square against it
+        "means_noise_rmse_points": noise["rmse_points"],
+        "means_chi2": {k: noise[k] for k in ("chi2", "dof", "p")},
         "checks": checks,
         "passed": bool(judged) and all(judged),
         "targets": {**dataclasses.asdict(t), "source": source},
     }
-
-
-def _x(value: float | None) -> str:
-    return f"x{value:.3f}" if value is not None else "-"
-
-
-def judged_table(j: dict[str, Any]) -> str:
-    """The lead table: per workload the predicted speedup and band, the recorded mean +- std
-    (n), and the constant baseline beside them."""
-    head = (
-        f"{'workload':<28}{'predicted':>10}{'P5-P95':>16}{'recorded mean +- std (n)':>27}"
-        f"{'points':>8}{'baseline':>10}"
-    )
-    lines = [head]
-    for r in j["workloads"]:
-        band = f"x{r['band'][0]:.3f}-x{r['band'][1]:.3f}" if r["band"] else "-"
-        std = f"{100 * r['recorded_std']:.2f}" if r["recorded_std"] is not None else "-"
-        rec = f"{_x(r['recorded_mean'])} +- {std} ({r['n']})"
-        pts = r["speedup_points"]
-        pts = f"{pts:+.2f}" if pts is not None else "-"
-        lines.append(
-            f"{r['workload'][:27]:<28}{_x(r['predicted']):>10}{band:>16}{rec:>27}{pts:>8}"
-            f"{_x(r['baseline']):>10}"
-        )
-    lines.append(
-        f"std in points; points: 100 x (predicted - recorded mean); baseline: "
-        f"{j['baseline']['label']}"
-    )
-    return "\n".join(lines)
-
-
-def _value(v: Any, unit: str) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.0%}" if unit == "share" else f"{v:.2f}"
-
-
-def check_lines(j: dict[str, Any]) -> list[str]:
-    """One line per target: value, what it wants, its interval where it has one, verdict."""
-    out = [f"targets ({j['targets']['source']}):"]
-    for c in j["checks"]:
-        verdict = {True: "pass", False: "FAIL", None: "not judged"}[c["passed"]]
-        ci, conf, u = c.get("interval"), 100 * j["targets"]["bootstrap_confidence"], c["unit"]
-        ci = (
-            f"; bootstrap {conf:.0f}%: {_value(ci[0], u)}..{_value(ci[1], u)}"
-            if "RMSE" in c["target"] and ci
-            else ""
-        )
-        out.append(
-            f"  {verdict:<10} {c['target']}: {_value(c['value'], u)} (wants {c['wants']}){ci}"
-        )
-    floor = j.get("repeat_std_points")
-    if floor is not None:
-        out.append(f"  noise floor: the repeats' pooled speedup std {floor:.2f} points")
-    means = j.get("means_noise_rmse_points")
-    if means is not None:
-        out.append(
-            "  the means' own error: a predictor of each workload's true mean would score "
-            f"RMSE {means:.2f} points against these means"
-        )
-    return out

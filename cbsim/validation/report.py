@@ -16,7 +16,7 @@ from cbsim.rundir import atomic_write_text
 from cbsim.trace import Trace
 from cbsim.trace import schema as S
 from cbsim.validation.host_phases import SAME_HOST
-from cbsim.validation.judge import check_lines, judged_table
+from cbsim.validation.judged_text import check_lines, judged_table
 from cbsim.validation.runs import TARGETS, RunResult
 from cbsim.validation.speedup import SPEEDUP_POINTS, Speedup
 

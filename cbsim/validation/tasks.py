@@ -34,7 +34,8 @@ from cbsim.validation.heap import collector_paused, long_lived
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
 from cbsim.validation.host_level import at_recorded_hosts, host_level_choice, host_level_line
 from cbsim.validation.host_phases import host_phase_lines, host_phase_summary
-from cbsim.validation.judge import check_lines, judge, judged_table
+from cbsim.validation.judge import judge
+from cbsim.validation.judged_text import check_lines, judged_table
 from cbsim.validation.model_error import MODEL_ERRORS, held_out_model_error
 from cbsim.validation.report import write_validation_report
 from cbsim.validation.runs import RunResult, error_table, validate_run, validate_runs
