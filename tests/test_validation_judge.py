@@ -305,7 +305,12 @@ def test_validate_by_default_judges_the_newest_profile_the_command_made_on_its_h
         assert list((REPO / "experiments" / "recordings").glob(pattern)), pattern
     quiet = ["extra.progress=false", "extra.report=false", "output.print_table=false"]
     cfg = make_config(["+experiment=validate", *quiet])
-    assert_judged(run_validation_task(cfg, {}, tmp_path)["judged"], H100_PROFILED_JUDGED)
+    judged = run_validation_task(cfg, {}, tmp_path)["judged"]
+    assert_judged(judged, H100_PROFILED_JUDGED)
+    # the means' own error and the misses' chi-square against it, as the docs state them
+    assert judged["means_noise_rmse_points"] == pytest.approx(2.36, abs=0.005)
+    assert judged["means_chi2"]["chi2"] == pytest.approx(24.7, abs=0.05)
+    assert judged["means_chi2"]["p"] == pytest.approx(0.0018, abs=0.0001)
 
 
 def test_the_bands_do_not_depend_on_how_many_workers_drew_them(tmp_path):
