@@ -287,8 +287,9 @@ def other_gpu_warning(hw: HardwareConfig, machine: dict[str, Any]) -> str | None
         return None
     return (
         f"hardware={hw.name} is a profile of {hw.device_name!r} (hardware.device_name) and this "
-        f"run is on {gpu!r}: its rates, memory and predictions are another GPU's; pick a "
-        "profile made on this GPU"
+        f"run is on {gpu!r}: its rates, memory and predictions are another GPU's; "
+        "hardware=auto picks this GPU's profile where one is installed or shipped, and "
+        "+experiment=profile_machine makes one"
     )
 
 

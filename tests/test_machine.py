@@ -89,6 +89,7 @@ def test_a_profile_of_another_gpu_warns_once_in_one_line(cache_home, caplog):
     (record,) = caplog.records
     text = record.getMessage()
     assert "\n" not in text and "hardware=h200" in text and "NVIDIA H100 80GB HBM3" in text
+    assert "hardware=auto" in text and "+experiment=profile_machine" in text  # the way out
     assert machine.other_gpu_warning(HardwareConfig(device_name="h100"), H100) is None
     assert machine.other_gpu_warning(HardwareConfig(device_name=""), H100) is None
     cpu = machine.read_machine(CPU)
