@@ -26,7 +26,7 @@ from synthetic_trace import loop_trace
 from cbsim.calibration.recordings import PACKAGED_RECORDINGS, load
 from cbsim.config import ConfigError
 from cbsim.trace import write_trace
-from cbsim.validation.judge import binomial_interval, judge
+from cbsim.validation.judge import binomial_interval, judge, profile_scope
 from cbsim.validation.judged_text import check_lines, judged_table
 from cbsim.validation.measure import measure
 from cbsim.validation.runs import RunResult
@@ -330,3 +330,36 @@ def test_the_bands_do_not_depend_on_how_many_workers_drew_them(tmp_path):
         bands.append([p["band"] for p in out["speedups"]])
     assert bands[0] == bands[2] and bands[1] == bands[3]
     assert len(bands[0]) == 2 and all(b for _, b in bands[0]) and bands[1][0] is not None
+
+
+def test_a_profile_is_judged_on_its_own_another_gpus_or_the_datasheet_tiers_bound():
+    """Across GPUs and for the datasheet tier the issue bounds every total (4% and 10%)."""
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    assert profile_scope("profiled", "NVIDIA H100 80GB HBM3", [h100, None]) == "own"
+    assert profile_scope("profiled", "NVIDIA H200", [h100, h100]) == "other_gpu"
+    assert profile_scope("profiled", "NVIDIA H200", [h100, h200]) == "own"  # some are its own
+    assert profile_scope("profiled", "", [h100]) == "own"  # an unnamed profile is any GPU's
+    assert profile_scope("profiled", "NVIDIA H200", [None]) == "own"  # nothing known
+    assert profile_scope("profiled", "NVIDIA H200", ["CPU x86"]) == "own"  # a logic check
+    assert profile_scope("datasheet", "NVIDIA H100 80GB HBM3", [h100]) == "datasheet"
+
+
+def test_the_scope_bound_is_the_worst_total_of_either_engine(pairs):
+    rows = judge(pairs, Targets())["workloads"]
+    worst = max(abs(r[k]) for r in rows for k in ("async_total_pct", "sync_total_pct"))
+    names = {"own": None, "other_gpu": "another GPU's", "datasheet": "a datasheet"}
+    for scope, what in names.items():
+        j = judge(pairs, Targets(other_gpu_total_max_pct=worst + 0.01), scope=scope)
+        found = [c for c in j["checks"] if c["target"].startswith("every total")]
+        assert j["scope"] == scope
+        if what is None:
+            assert not found
+            continue
+        (c,) = found
+        assert what in c["target"] and c["value"] == pytest.approx(worst)
+        limit = worst + 0.01 if scope == "other_gpu" else 10.0
+        assert c["wants"] == f"<= {limit:g}" and c["passed"] == (worst <= limit)
+    tight = judge(pairs, Targets(other_gpu_total_max_pct=worst - 0.01), scope="other_gpu")
+    assert not next(c for c in tight["checks"] if c["target"].startswith("every total"))["passed"]
+    with pytest.raises(ValueError, match="allowed"):
+        judge(pairs, Targets(), scope="elsewhere")

@@ -28,13 +28,14 @@ from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.model_error import METRICS
 from cbsim.rundir import atomic_write_text
 from cbsim.trace import write_trace
+from cbsim.trace.hardware import recorded_device
 from cbsim.validation.anchor import DEFAULT_ANCHOR, HOST_MODELS, anchored_results
 from cbsim.validation.banding import attach_bands
 from cbsim.validation.heap import collector_paused, long_lived
 from cbsim.validation.holdout import LEAVE_OUT, leave_out
 from cbsim.validation.host_level import at_recorded_hosts, host_level_choice, host_level_line
 from cbsim.validation.host_phases import host_phase_lines, host_phase_summary
-from cbsim.validation.judge import judge
+from cbsim.validation.judge import judge, profile_scope
 from cbsim.validation.judged_text import check_lines, judged_table
 from cbsim.validation.model_error import MODEL_ERRORS, held_out_model_error
 from cbsim.validation.report import write_validation_report
@@ -302,6 +303,12 @@ def wants_bands(extra: dict[str, Any], holdout: str, results: list[RunResult]) -
     return True
 
 
+def scope_of(config: CbsimConfig, recs: list[Recorded]) -> str:
+    """What the composed profile is to these recordings (judge.profile_scope)."""
+    devices = [recorded_device(r.trace.other_data) for r in recs]
+    return profile_scope(config.hardware.tier, config.hardware.device_name, devices)
+
+
 def run_validate(
     config: CbsimConfig, recs: list[Recorded], run_dir: Path, root: Path
 ) -> dict[str, Any]:
@@ -318,7 +325,7 @@ def run_validate(
         "holdout": holdout,
         "hardware_base": config.hardware.name,
         "recordings": str(root),
-        "judged": judge(pairs, judging, targets_source(targets)),
+        "judged": judge(pairs, judging, targets_source(targets), scope_of(config, recs)),
         "summary": summary(results, pairs),
         "host_phases": host_phase_summary(results),
         "speedups": [p.as_dict() for p in pairs],
