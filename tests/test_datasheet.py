@@ -91,7 +91,10 @@ def test_unprofiled_gpus_get_their_datasheet_at_the_profiled_share(tmp_path):
         )
 
 
-def test_kernel_tables_scale_by_the_copy_rate_ratio_but_copies_stay(tmp_path):
+def test_kernel_tables_scale_by_each_kernels_roofline_ratio_but_copies_stay(tmp_path):
+    """A decode GEMM reads its weights at the other memory's rate; a prompt's GEMM computes at
+    the other tensor cores' (an A100 has 0.61 of an H100's bandwidth and 0.32 of its FLOP/s);
+    the table's shortest kernel, a node's launch and latency, is kept."""
     _, out = profiles(tmp_path, "extra.gpus=[a100_80gb_sxm]")
     (path,) = out["profiles"]
     hw = written(path)
@@ -99,10 +102,26 @@ def test_kernel_tables_scale_by_the_copy_rate_ratio_but_copies_stay(tmp_path):
     load_table(tables)  # a table the simulator reads
     a = pd.read_csv(tmp_path / "h100_tables" / "llama3_1b.csv", comment="#")
     b = pd.read_csv(tables / "llama3_1b.csv", comment="#")
-    ratio = 3.35e12 / 2.039e12
+    sheets = load_datasheets()
+    h100, a100 = sheets["h100"], sheets["a100_80gb_sxm"]
+    memory = h100.memory_bandwidth / a100.memory_bandwidth
+    compute = h100.bf16_dense_flops / a100.bf16_dense_flops
     gemm, copies = a.op == "gemm", a.op.isin(["h2d", "d2h"])
     assert gemm.sum() > 10 and copies.sum() > 2
-    assert (b.us[gemm] / a.us[gemm]).to_numpy() == pytest.approx(ratio, rel=1e-3)
+    floor = a.us[~copies].min()  # launch and latency: the same on either GPU
+    ratio = ((b.us - floor) / (a.us - floor))[gemm & (a.us > floor)]
+    rows = a.rows[ratio.index]
+    assert ratio[rows == 1].to_numpy() == pytest.approx(memory, rel=5e-3)  # reads weights
+    assert ratio[rows >= 8192].to_numpy() == pytest.approx(compute, rel=5e-3)  # computes
+    assert ((ratio >= memory * (1 - 5e-3)) & (ratio <= compute * (1 + 5e-3))).all()
+    for _, shape in a[gemm].groupby(["n", "k"]):  # more rows of one GEMM: more compute-bound
+        r = ((b.us - floor) / (a.us - floor))[shape.sort_values("rows").index].to_numpy()
+        assert (r[1:] >= r[:-1] * (1 - 5e-3)).all() and r[-1] > r[0]
+    norms = (a.op == "rms_norm") & (a.us > floor + 1.0)
+    assert norms.sum() > 2
+    want = floor + (a.us[norms] - floor) * memory
+    assert b.us[norms].to_numpy() == pytest.approx(want.to_numpy(), rel=2e-3)
+    assert b.us[~copies].min() == pytest.approx(floor, rel=1e-3)  # the floor is not moved
     assert (b.us[copies] == a.us[copies]).all()
     assert "not profiled" in (tables / "llama3_1b.csv").read_text()
 

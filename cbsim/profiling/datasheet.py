@@ -3,9 +3,13 @@ the two GPUs' datasheets (``+experiment=datasheet_profiles``).
 
 The profiled GPU reaches a measured share of its own datasheet (copy rate over datasheet
 bandwidth, matrix rate over datasheet FLOP/s); the unprofiled GPU is assumed to reach the same
-share of its datasheet. Its kernel tables are the profiled ones scaled by the copy-rate ratio (the
-forward is memory-bound at the batches cbsim models; the pinned copies, over PCIe, are kept);
-its host, efficiencies and copy engine are the profiled machine's. Nobody measured any of it, so
+share of its datasheet. Its kernel tables are the profiled ones, each kernel's time scaled by the
+ratio of its roofline on the two GPUs (FLOPs and bytes at each datasheet's rates at those shares),
+above the table's shortest kernel (a graph node's launch and latency, which no rate moves):
+a decode GEMM or attention reads its bytes at the other memory's rate, a prompt's GEMMs and
+attention compute at the other tensor cores' (one copy-rate ratio for every row put an H200's
+prompt steps 1.4x long on an H100 datasheet, whose FLOP/s are the H200's); the pinned copies,
+over PCIe, are kept. Its host, efficiencies and copy engine are the profiled machine's. Nobody measured any of it, so
 the profile says ``tier: datasheet`` and "not profiled", and its bands are widened by a tier error
 (``extra.tier_error``) in quadrature with the profile's own model error.
 """
@@ -18,6 +22,7 @@ import io
 import math
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -28,12 +33,14 @@ import yaml
 from cbsim.config import CbsimConfig, ConfigError
 from cbsim.config.hardware import HardwareConfig, kernel_table_files
 from cbsim.config.model_error import ModelError
+from cbsim.costs.kernel_table import roofline
 from cbsim.profiling.profile_dir import HARDWARE_DIR, KERNELS_DIR, MANIFEST, PARTIAL
 from cbsim.rundir import atomic_write_text
 
 DATASHEETS = Path(str(files("cbsim") / "profiling" / "datasheets.yaml"))
 # kernel-table rows timed over PCIe, not HBM: kept as the profiled machine measured them
 COPY_OPS = ("h2d", "d2h")
+Rates = tuple[float, float]  # a GPU's FLOP per us and bytes per us (kernel_table.roofline's)
 EXTRA_KEYS = {
     "profiled_gpu": "the datasheet key of the profiled GPU (default: the one hardware.name "
     "starts with)",
@@ -125,20 +132,32 @@ def widened(error: ModelError, tier: dict[str, float]) -> ModelError:
     )
 
 
-def scaled_table(text: str, factor: float, note: str) -> str:
-    """A kernel table's CSV with every kernel's time times ``factor`` (copies kept), its header
-    lines kept and one more saying so."""
+def roofline_ratio(row: list[str], own: Rates, target: Rates) -> float:
+    """A table row's time on ``target`` over its time on ``own``: the ratio of its rooflines
+    (cbsim.costs.kernel_table.roofline; an elementwise kernel's bytes only)."""
+    op, n, k, g, rows, context = row[0], *(int(float(v)) for v in row[1:6])
+    shape = (op, n, k, g)
+    return roofline(shape, rows, context, *target) / roofline(shape, rows, context, *own)
+
+
+def scaled_table(text: str, factor: Callable[[list[str]], float], note: str) -> str:
+    """A kernel table's CSV with every kernel's time above the table's shortest kernel times
+    ``factor(row)`` (copies kept): the shortest is a graph node's launch and latency, which
+    no datasheet rate moves (a 2 us norm of a few rows is 2 us on either GPU). Its header
+    lines are kept and one more says so."""
     lines = text.splitlines()
     header = [ln for ln in lines if ln.startswith("#")]
     body = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
     rows = list(csv.reader(body))
     us = rows[0].index("us")
+    floor = min((float(r[us]) for r in rows[1:] if r[0] not in COPY_OPS), default=0.0)
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(rows[0])
     for row in rows[1:]:
         if row[0] not in COPY_OPS:
-            row = [*row[:us], f"{float(row[us]) * factor:.4g}", *row[us + 1 :]]
+            t = floor + (float(row[us]) - floor) * factor(row)
+            row = [*row[:us], f"{t:.4g}", *row[us + 1 :]]
         w.writerow(row)
     return "\n".join([*header, f"# {note}", out.getvalue()])
 
@@ -156,8 +175,10 @@ def datasheet_profile(
     source = (
         f"not profiled: datasheet tier. {target.name} datasheet ({target.source}) at the share "
         f"of its own datasheet that {hw.name} ({own.name}) measured (bandwidth {bw_share:.3f}, "
-        f"FLOP/s {fl_share:.3f}); kernel tables x{own.memory_bandwidth / target.memory_bandwidth:.3f} "
-        f"(copy-rate ratio); host, efficiencies and copies of {hw.name} ({hw.source})"
+        f"FLOP/s {fl_share:.3f}); kernel tables by the ratio of each kernel's roofline "
+        f"(x{own.memory_bandwidth / target.memory_bandwidth:.3f} memory-bound, "
+        f"x{own.bf16_dense_flops / target.bf16_dense_flops:.3f} compute-bound); host, "
+        f"efficiencies and copies of {hw.name} ({hw.source})"
     )
     out = dataclasses.replace(
         hw,
@@ -183,7 +204,7 @@ def datasheet_provenance(hw: HardwareConfig, own: Datasheet, target: Datasheet) 
         "hbm_bandwidth": f"{sheet}, {scaled}",
         "peak_flops": f"{sheet}, {scaled}",
         "memory_bytes": sheet,
-        "kernel_table": f"{hw.name}'s tables scaled by the datasheet copy-rate ratio",
+        "kernel_table": f"{hw.name}'s tables scaled by each kernel's datasheet roofline ratio",
         "model_error.total_time": "the base's, widened by the tier error (extra.tier_error)",
         "model_error.gpu_idle": "the base's, widened by the tier error (extra.tier_error)",
         "model_error.speedup": "the base's, widened by the tier error (extra.tier_error)",
@@ -214,14 +235,26 @@ def write_tables(hw: HardwareConfig, target: Datasheet, own: Datasheet, folder: 
     """The profiled kernel tables scaled to ``target`` in ``folder``; whether there were any."""
     if hw.kernel_table is None:
         return False
-    factor = own.memory_bandwidth / target.memory_bandwidth
+    bw_share, fl_share, _ = shares(hw, own)
+
+    def rates(sheet: Datasheet) -> Rates:
+        return sheet.bf16_dense_flops * fl_share / 1e6, sheet.memory_bandwidth * bw_share / 1e6
+
+    own_rates, target_rates = rates(own), rates(target)
     note = (
-        f"not profiled: {hw.name}'s table x{factor:.4f}, the {own.name} / {target.name} "
-        "datasheet copy-rate ratio (h2d and d2h rows kept)"
+        f"not profiled: {hw.name}'s table, each kernel's time above the table's shortest "
+        f"kernel's (launch and latency) times the ratio of its roofline on the "
+        f"{target.name} and {own.name} datasheets at {hw.name}'s measured shares (bandwidth "
+        f"{bw_share:.3f}, FLOP/s {fl_share:.3f}): x{own.memory_bandwidth / target.memory_bandwidth:.4f} "
+        f"memory-bound, x{own.bf16_dense_flops / target.bf16_dense_flops:.4f} compute-bound "
+        "(h2d and d2h rows kept)"
     )
     folder.mkdir(parents=True, exist_ok=True)
     for src in kernel_table_files(hw.kernel_table):
-        atomic_write_text(folder / src.name, scaled_table(src.read_text(), factor, note))
+        table = scaled_table(
+            src.read_text(), lambda row: roofline_ratio(row, own_rates, target_rates), note
+        )
+        atomic_write_text(folder / src.name, table)
     return True
 
 
