@@ -5,13 +5,14 @@ The profiled GPU reaches a measured share of its own datasheet (copy rate over d
 bandwidth, matrix rate over datasheet FLOP/s); the unprofiled GPU is assumed to reach the same
 share of its datasheet. Its kernel tables are the profiled ones, each kernel's time scaled by the
 ratio of its roofline on the two GPUs (FLOPs and bytes at each datasheet's rates at those shares),
-above the table's shortest kernel (a graph node's launch and latency, which no rate moves):
-a decode GEMM or attention reads its bytes at the other memory's rate, a prompt's GEMMs and
-attention compute at the other tensor cores' (one copy-rate ratio for every row put an H200's
-prompt steps 1.4x long on an H100 datasheet, whose FLOP/s are the H200's); the pinned copies,
-over PCIe, are kept. Its host, efficiencies and copy engine are the profiled machine's. Nobody measured any of it, so
-the profile says ``tier: datasheet`` and "not profiled", and its bands are widened by a tier error
-(``extra.tier_error``) in quadrature with the profile's own model error.
+above the table's shortest kernel (a graph node's launch and latency, which no rate moves): a
+decode GEMM or attention reads its bytes at the other memory's rate, a prompt's GEMMs and
+attention compute at the other tensor cores' (a single copy-rate ratio would put an H200's prompt
+steps 1.4x long on an H100 datasheet, whose FLOP/s are the H200's); the pinned copies, over
+PCIe, are kept. Its host, efficiencies and copy engine are the profiled machine's. Nobody
+measured any of it, so the profile says ``tier: datasheet`` and "not profiled", and its bands
+are widened by a tier error (``extra.tier_error``) in quadrature with the profile's own model
+error.
 """
 
 from __future__ import annotations
