@@ -229,7 +229,7 @@ def time_checks(workloads: list[Workload], t: Targets) -> list[dict]:
     return [check(n, v, f"<= {lim:g}", None if v is None else v <= lim) for n, v, lim in rows]
 
 
-# what a profile is to the recordings it is judged on (tasks.profile_scope): its own GPU's,
+# what a profile is to the recordings it is judged on (profile_scope): its own GPU's,
 # another GPU's (that GPU's kernel tables), or the datasheet tier (nobody profiled the GPU)
 SCOPES = ("own", "other_gpu", "datasheet")
 
