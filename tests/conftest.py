@@ -138,10 +138,28 @@ def config_factory():
     return make_config
 
 
-# Tests that take a minute or more on two cores: started first, so that the two workers of
-# `pytest -n 2` finish together rather than one running the last long test alone.
-LONGEST_FIRST = ("test_validate_by_default_judges_the_newest_profile",)
+# Tests that take 15 s or more on two cores, longest first: started before the rest,
+# so that the two workers of `pytest -n 2` finish together rather than one running the last
+# long test alone.
+LONGEST_FIRST = (
+    "test_validate_by_default_judges_the_newest_profile",
+    "test_the_h200_profile_with_the_h100s_tables",
+    "test_an_h100_datasheet_profile_from_the_h200s",
+    "test_the_readme_first_command_passes_from_the_checkout_root",
+    "test_the_command_writes_one_profile_directory",
+    "test_a_sweep_killed_at_random_points",
+    "test_a_run_without_a_trace_draws_its_report",
+    "test_kernel_tables_made_before_are_given_named",
+    "test_rows_per_step_kind_and_a_refusal",
+    "test_metrics_without_a_trace_are_the_trace_s",
+    "test_a_shipped_profile_is_what_refit_makes",
+)
+
+
+def _start_rank(item) -> int:
+    """Where a test starts: its place in LONGEST_FIRST, else after all of them."""
+    return next((i for i, n in enumerate(LONGEST_FIRST) if n in item.nodeid), len(LONGEST_FIRST))
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    items.sort(key=lambda item: not any(name in item.nodeid for name in LONGEST_FIRST))
+    items.sort(key=_start_rank)

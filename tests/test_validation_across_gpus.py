@@ -12,7 +12,7 @@ from cbsim.profiling.datasheet import run_datasheet_task
 from cbsim.profiling.select import rewrite
 from cbsim.validation.tasks import run_validation_task
 
-QUIET = ["extra.bands=false", "extra.progress=false", "extra.report=false"]
+QUIET = ["extra.bands=false", "extra.progress=false", "extra.report=false", "extra.jobs=1"]
 QUIET += ["output.print_table=false"]
 H100_TABLES = REPO / "cbsim" / "profiles" / "h100_80gb_hbm3" / "kernels"
 
