@@ -2,7 +2,8 @@
 partition) swept at the decode graphs' own shapes, where the step is furthest from the copy rate:
 the 8B at 16 and 32 requests over short contexts, the 1B at 128. Each point is a graph of
 ``LAYERS`` layers' calls, every layer its own KV cache (none served from L2), timed against the
-live KV bytes at the copy rate the env section measured; the rule the runtime uses ("auto") is timed beside it."""
+live KV bytes at the copy rate the env section measured; the rule the runtime uses ("auto") is
+timed beside it."""
 
 from __future__ import annotations
 

@@ -33,8 +33,7 @@ def judged_table(j: dict[str, Any]) -> str:
         )
     lines.append(
         "std in points; points: 100 x (predicted - recorded mean); z: points over the mean's "
-        f"own error (std / sqrt(n)); baseline: "
-        f"{j['baseline']['label']}"
+        f"own error (std / sqrt(n)); baseline: {j['baseline']['label']}"
     )
     return "\n".join(lines)
 

@@ -2,9 +2,9 @@
 
 A workload's truth is the mean of its repeats, and that mean carries the repeats' noise over the
 square root of their count. Where one workload moves by 19 points between calls (an eager 1B) a
-predictor of every workload's true mean still scores an RMSE of points against nine repeats'
-means; where the misses share a sign and each is several times its mean's error, the model is
-wrong, not the noise. Both are said beside the RMSE so a reader can tell the two apart.
+predictor of every workload's true mean still scores an RMSE of a few points against nine
+repeats' means; where the misses share a sign and each is several times its mean's error, the
+model is wrong, not the noise. Both are said beside the RMSE so a reader can tell the two apart.
 """
 
 from __future__ import annotations
